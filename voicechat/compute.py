@@ -1,0 +1,50 @@
+"""Compute policy, in one place: which BLAS mlx uses on Linux, and which dtype each part runs in.
+
+Import this module before anything imports ``mlx.core``: on Linux the mlx[cpu] wheel links the netlib
+reference BLAS, and an optimized BLAS must be loaded into the process first (ECOSYSTEM.md §1.3: 17-70x faster
+float32 matmuls). float32 on CPU (bf16/f16 matmuls skip BLAS there and are 10-30x slower); on a GPU (Metal or
+CUDA) the speech path runs in bfloat16 and quantized layers keep their stored scales.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_BLAS_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+)
+
+
+def preload_blas() -> str | None:
+    """Load an optimized BLAS with global symbols so mlx's cblas_sgemm resolves to it. Returns its path.
+
+    ``VOICECHAT_BLAS`` names another library; ``VOICECHAT_BLAS=none`` turns the preload off.
+    """
+    if not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
+        return None
+    wanted = os.environ.get("VOICECHAT_BLAS")
+    if wanted == "none":
+        return None
+    for path in ([wanted] if wanted else _BLAS_CANDIDATES):
+        if path and os.path.exists(path):
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return path
+    return None
+
+
+BLAS = preload_blas()
+
+import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
+
+
+def on_gpu() -> bool:
+    return mx.default_device() == mx.gpu
+
+
+def speech_dtype() -> mx.Dtype:
+    """Activation and weight dtype of the speech path (encoder, RNNT, EAR-TTS, codec) and the LLM activations."""
+    return mx.bfloat16 if on_gpu() else mx.float32

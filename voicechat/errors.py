@@ -1,0 +1,28 @@
+"""The exceptions voicechat raises for problems a user can fix (bad input, bad checkpoint, no network).
+
+Each message is one line that says what is wrong and what to do; a traceback means a bug.
+"""
+
+
+class VoiceChatError(Exception):
+    """Base class of every user-facing voicechat error."""
+
+
+class ConfigError(VoiceChatError):
+    """A config.json that voicechat cannot read, or one that disagrees with the weights."""
+
+
+class CheckpointError(VoiceChatError):
+    """Weights that are missing, unexpected, misshapen, all-zero or non-finite."""
+
+
+class ModelUnavailable(VoiceChatError):
+    """A checkpoint that is neither a local directory nor reachable on the Hugging Face Hub."""
+
+
+class AudioInputError(VoiceChatError):
+    """An input recording that cannot be used (unreadable, empty, too long, NaN ...)."""
+
+
+class Cancelled(VoiceChatError):
+    """A generation stopped on request (the progress callback raised it)."""
