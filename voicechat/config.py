@@ -708,7 +708,8 @@ def parse_runtime(cfg: dict) -> ModelConfig:
         rnnt = parse_rnnt(audio["decoder"], audio["joint"], list(cfg.get("rnnt_vocabulary") or []),
                           audio.get("max_symbols", 10))
         blank = cfg.get("rnnt_blank_id")
-        _require(blank in (None, rnnt.blank_id), f"rnnt_blank_id {blank} != RNNT vocabulary size {rnnt.vocab_size}")
+        _require(blank in (None, rnnt.blank_id) or not rnnt.vocabulary,
+                 f"rnnt_blank_id {blank} != RNNT vocabulary size {rnnt.vocab_size}")
     top = tts.get("top_p", tts.get("top_p_or_k", 0.95))
     top_p, top_k = split_top_p_or_k(top)
     c = CodecConfig(

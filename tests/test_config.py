@@ -1,0 +1,141 @@
+"""Config parsing: NVIDIA's nested format (NeMo-made fixture), mlx-vlm's runtime format (written by mlx-vlm 0.7.10's
+own converter from the same checkpoint), and the errors for what cannot be read."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from conftest import NEMO, TESTS
+from voicechat.config import (NANO_9B_V2, GenerationConfig, gemma_layer_types, load_config, parse_config,
+                              parse_quantization, read_rnnt_vocab, split_top_p_or_k)
+from voicechat.errors import ConfigError
+
+PEERS = TESTS / "fixtures" / "peers"
+
+
+def nested_tiny() -> dict:
+    return json.loads((NEMO / "tiny_model" / "config.json").read_text())
+
+
+def test_nested_nemo_fixture_resolves_llm_dir_relative_to_checkpoint():
+    # the config names the LLM by an absolute path of the machine that built it; it is found by name next to it
+    cfg = load_config(NEMO / "tiny_model")
+    assert cfg.llm.pattern == "M-M*-" and cfg.llm.hidden_size == 64 and cfg.llm.chunk_size == 16
+    assert cfg.llm.time_step_limit == (0.001, math.inf)  # no time_step_limit key: (time_step_min, inf)
+    assert cfg.audio.encoder.conv_norm_type == "batch_norm" and cfg.audio.encoder.xscaling
+    assert cfg.audio.encoder.att_context_size == (70, 0)
+    assert cfg.tts.backbone.layer_types == ("sliding_attention", "full_attention")
+    assert (cfg.tts.top_p, cfg.tts.top_k, cfg.tts.guidance_scale, cfg.tts.noise_scale) == (0.8, None, 0.5, 0.8)
+    assert cfg.codec.samples_per_frame == 1764 and cfg.audio.rnnt is None
+    assert cfg.speaker_reference.endswith("speaker_22k.wav") and cfg.speaker_name is None
+
+
+def test_variant2_geometry_and_speaker_name():
+    cfg = load_config(NEMO / "tiny_v2_aria")
+    assert cfg.audio.preprocessor.features == 128 and cfg.audio.encoder.n_layers == 3
+    assert cfg.llm.pattern == "M-*-M*-" and cfg.llm.n_groups == 4
+    # no layer_types: Gemma-3's sliding_window_pattern rule, layer i global iff (i+1) % 3 == 0
+    assert cfg.tts.backbone.layer_types == ("sliding_attention", "sliding_attention", "full_attention")
+    assert cfg.speaker_name == "Aria" and cfg.tts.use_audio_prompt_frozen_projection
+
+
+def test_runtime_config_written_by_mlx_vlm_matches_its_nested_source():
+    source = json.loads((PEERS / "mlx_vlm_tiny_source_config.json").read_text())
+    source["model"]["stt"]["model"]["pretrained_llm"] = str(NEMO / "tiny_model" / "Nemotron-H-tiny")
+    nested = parse_config(source)
+    runtime = parse_config(json.loads((PEERS / "mlx_vlm_tiny_config.json").read_text()))
+    assert runtime.format == "runtime" and nested.format == "nested"
+    # mlx-vlm's text_config drops chunk_size (a scan detail, not a result) and writes the limit's inf as 1e30
+    assert runtime.llm == replace(nested.llm, chunk_size=128)
+    assert runtime.audio.preprocessor == nested.audio.preprocessor
+    assert runtime.audio.encoder == nested.audio.encoder
+    assert runtime.tts.backbone == nested.tts.backbone
+    assert runtime.tts.char_encoder == nested.tts.char_encoder and runtime.tts.mog == nested.tts.mog
+    assert runtime.codec == nested.codec
+    assert (runtime.bos_id, runtime.eos_id, runtime.pad_id) == (1, 2, 12)
+    assert runtime.function_channel_weight == nested.function_channel_weight
+
+
+def test_unknown_format_is_one_clear_error():
+    with pytest.raises(ConfigError, match="no known NemotronLabs-VoiceChat format"):
+        parse_config({"model_type": "llama", "hidden_size": 8})
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        parse_config([1, 2])
+
+
+def test_missing_key_names_its_path():
+    cfg = nested_tiny()
+    del cfg["model"]["speech_generation"]["model"]["tts_config"]["mog_head_config"]
+    with pytest.raises(ConfigError, match="'mog_head_config'"):
+        parse_config(cfg, NEMO / "tiny_model")
+
+
+def test_pretrained_llm_hub_id_uses_the_public_geometry_and_unknown_names_fail():
+    cfg = nested_tiny()
+    cfg["model"]["stt"]["model"]["pretrained_llm"] = NANO_9B_V2
+    with pytest.raises(ConfigError, match="output_dim 64 != LLM hidden_size 4480"):
+        parse_config(cfg)  # cross-checked against the perception projection
+    cfg["model"]["stt"]["model"]["perception"]["output_dim"] = 4480
+    llm = parse_config(cfg).llm
+    assert (llm.hidden_size, len(llm.pattern), llm.pattern.count("*"), llm.mamba_inner) == (4480, 56, 4, 10240)
+    assert llm.time_step_limit == (0.0, math.inf)  # the Nano-9B-v2 config's own limit, as NVIDIA's code runs it
+    cfg["model"]["stt"]["model"]["pretrained_llm"] = "someone/other-llm"
+    with pytest.raises(ConfigError, match="someone/other-llm"):
+        parse_config(cfg)
+
+
+def test_unsupported_settings_are_refused_not_ignored():
+    for path, value in [(("perception", "preprocessor", "normalize"), "per_feature"),
+                        (("perception", "encoder", "subsampling"), "striding"),
+                        (("predict_user_text",), True)]:
+        cfg = nested_tiny()
+        d = cfg["model"]["stt"]["model"]
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+        with pytest.raises(ConfigError):
+            parse_config(cfg, NEMO / "tiny_model")
+
+
+def test_top_p_or_k_follows_the_python_type():
+    assert split_top_p_or_k(0.95) == (0.95, None)
+    assert split_top_p_or_k(1) == (None, 1)
+    assert split_top_p_or_k(1.0) == (1.0, None)
+    with pytest.raises(ConfigError):
+        split_top_p_or_k("0.9")
+
+
+def test_quantization_both_spellings():
+    nested = parse_quantization({"group_size": 64, "bits": 4,
+                                 "modules": {"stt_model.embed_tokens": {"group_size": 32, "bits": 8}}})
+    runtime = parse_quantization({"group_size": 64, "bits": 4, "stt_model.embed_tokens": {"group_size": 32, "bits": 8},
+                                  "stt_model.lm_head": False})
+    assert nested.spec_for("stt_model.embed_tokens") == runtime.spec_for("stt_model.embed_tokens")
+    assert (nested.spec_for("stt_model.embed_tokens").bits, nested.spec_for("x").bits) == (8, 4)
+    assert runtime.spec_for("stt_model.lm_head") is None
+    with pytest.raises(ConfigError, match="mode"):
+        parse_quantization({"group_size": 32, "bits": 4, "mode": "mxfp4"})
+
+
+def test_rnnt_vocabulary_file_list_or_map(tmp_path):
+    (tmp_path / "rnnt_tokenizer").mkdir()
+    f = tmp_path / "rnnt_tokenizer" / "vocab.json"
+    f.write_text(json.dumps(["<unk>", "▁a", "b"]))
+    assert read_rnnt_vocab(tmp_path) == ["<unk>", "▁a", "b"]
+    f.write_text(json.dumps({"b": 2, "<unk>": 0, "▁a": 1}))
+    assert read_rnnt_vocab(tmp_path) == ["<unk>", "▁a", "b"]
+    f.write_text(json.dumps({"b": 3, "<unk>": 0}))
+    with pytest.raises(ConfigError, match="contiguous"):
+        read_rnnt_vocab(tmp_path)
+
+
+def test_gemma_layer_rule():
+    types = gemma_layer_types(28, 6)
+    assert [i for i, t in enumerate(types) if t == "full_attention"] == [5, 11, 17, 23]
+
+
+def test_generation_config_defaults_are_greedy_text():
+    g = GenerationConfig()
+    assert g.text_temperature == 0.0 and not g.reference and g.tts_top_p is None
