@@ -1,0 +1,126 @@
+"""Mixture-of-Gaussians head of EAR-TTS and its component sampling (SPEC §2.5.7).
+
+Keys (under ``tts_model.tts_model.mog_head.``): ``mlp_stack.{0..n-1}.{pre_norm, mlp.{gate,up,down}_proj, post_norm}``,
+``mlp_stack.n`` (final RMSNorm), ``proj_logits``, ``proj_mus``, ``proj_logs``, ``proj_else``, ``low_mat``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+from .. import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..config import MoGConfig
+from .layers import MLPLayer, RMSNorm
+
+GUMBEL_EPS = 1e-8  # SPEC §2.5.7: inside both logs of -log(-log(u + eps) + eps)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# randomness
+# ----------------------------------------------------------------------------------------------------------------
+class NoiseSource(Protocol):
+    """The two draws of one MoG iteration, in NeMo's order: ``gumbel`` first, then ``normal``."""
+
+    def gumbel(self, shape: tuple) -> mx.array: ...
+
+    def normal(self, shape: tuple) -> mx.array: ...
+
+
+def gumbel_from_uniform(u: mx.array) -> mx.array:
+    return -mx.log(-mx.log(u + GUMBEL_EPS) + GUMBEL_EPS)
+
+
+class KeyNoise:
+    """Draws from an explicit ``mx.random`` key, split once per draw, so a session's draws depend only on its seed."""
+
+    def __init__(self, seed_or_key):
+        self.key = mx.random.key(seed_or_key) if isinstance(seed_or_key, int) else seed_or_key
+
+    def _next(self) -> mx.array:
+        self.key, sub = mx.random.split(self.key)
+        return sub
+
+    def gumbel(self, shape: tuple) -> mx.array:
+        return gumbel_from_uniform(mx.random.uniform(shape=shape, key=self._next()))
+
+    def normal(self, shape: tuple) -> mx.array:
+        return mx.random.normal(shape=shape, key=self._next())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# logit filters (transformers' TopPLogitsWarper / TopKLogitsWarper, min_tokens_to_keep 1)
+# ----------------------------------------------------------------------------------------------------------------
+def top_p_filter(logits: mx.array, p: float) -> mx.array:
+    """Sort ascending, drop the entries whose cumulative softmax is <= 1 - p, always keep the largest: [..., N]."""
+    order = mx.argsort(logits, axis=-1)
+    ascending = mx.take_along_axis(logits, order, axis=-1)
+    cumulative = mx.cumsum(mx.softmax(ascending, axis=-1), axis=-1)
+    drop_sorted = cumulative <= (1.0 - p)
+    keep_largest = mx.arange(logits.shape[-1]) == logits.shape[-1] - 1
+    drop_sorted = drop_sorted & ~keep_largest
+    drop = mx.put_along_axis(mx.zeros(logits.shape, dtype=mx.bool_), order, drop_sorted, axis=-1)
+    return mx.where(drop, -mx.inf, logits)
+
+
+def top_k_filter(logits: mx.array, k: int) -> mx.array:
+    """Drop the entries below the k-th largest (ties with it are kept): [..., N]."""
+    kth = mx.sort(logits, axis=-1)[..., -min(k, logits.shape[-1]), None]
+    return mx.where(logits < kth, -mx.inf, logits)
+
+
+def choose_component(logits: mx.array, gumbel: mx.array, top_p: Optional[float], top_k: Optional[int]) -> mx.array:
+    """Gumbel-max sample of a mixture component, in float32: argmax(log_softmax(filtered logits) + G).
+    [..., N] -> [...]"""
+    logits = logits.astype(mx.float32)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    elif top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    log_probs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return mx.argmax(log_probs + gumbel, axis=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the head
+# ----------------------------------------------------------------------------------------------------------------
+class MoGHead(nn.Module):
+    def __init__(self, cfg: MoGConfig, hidden_size: int, out_size: int):
+        super().__init__()
+        n, r = cfg.num_predictions, cfg.low_rank
+        self.num_predictions, self.low_rank, self.min_log_std = n, r, cfg.min_log_std
+        self.mlp_stack = [MLPLayer(hidden_size, cfg.intermediate_size, cfg.eps) for _ in range(cfg.num_layers)]
+        self.mlp_stack.append(RMSNorm(hidden_size, cfg.eps))
+        self.proj_logits = nn.Linear(hidden_size, n, bias=False)
+        self.proj_mus = nn.Linear(hidden_size, n * r, bias=False)
+        self.proj_logs = nn.Linear(hidden_size, 1, bias=False)
+        self.proj_else = nn.Linear(hidden_size, out_size, bias=False)
+        self.low_mat = mx.zeros((n, out_size, r))
+
+    def trunk(self, x: mx.array) -> mx.array:
+        for layer in self.mlp_stack:
+            x = layer(x)
+        return x
+
+    def component_mean(self, x: mx.array, component: mx.array) -> mx.array:
+        """``low_mat[c] @ (proj_mus.weight[c*r:(c+1)*r] @ x)``, gathering only the chosen component's rows.
+        [B, H], [B] -> [B, out]"""
+        hidden = x.shape[-1]
+        rows = self.proj_mus.weight.reshape(self.num_predictions, self.low_rank, hidden)[component]  # [B, r, H]
+        low = (rows @ x[..., None])  # [B, r, 1]
+        return (self.low_mat[component] @ low)[..., 0]
+
+    def infer(self, x: mx.array, guidance_scale: float, top_p: Optional[float], top_k: Optional[int],
+              gumbel: mx.array) -> tuple[mx.array, mx.array]:
+        """``MoGHead.infer``: x [2B, H] ([cond; uncond]) when guidance_scale > 0, else [B, H] -> (mean, log std)
+        [B, out], [B, 1]; ``gumbel`` [B, N] is the component noise."""
+        x = self.trunk(x)
+        if guidance_scale > 0:
+            cond, uncond = mx.split(x, 2, axis=0)
+            x = cond + guidance_scale * (cond - uncond)
+        component = choose_component(self.proj_logits(x), gumbel, top_p, top_k)
+        mu = self.component_mean(x, component)
+        logs = mx.maximum(self.proj_logs(x), self.min_log_std)
+        return mu * mx.exp(logs) + self.proj_else(x), logs
