@@ -1,0 +1,374 @@
+"""FastConformer encoder: NeMo's ConformerEncoder at inference (SPEC §2.2), ``stt_model.perception.encoder.*``.
+
+log-mel [B, T, F] -> dw-striding subsampling x8 (``pre_encode``) -> (x sqrt(d_model) if xscaling) -> conformer layers
+-> [B, T / 8, d_model]. Module attribute names are the checkpoint's key names (SPEC §2.2.4).
+
+Self-attention is NeMo's relative-position attention with its masks (limited context + padding), computed over
+blocks of queries against only the keys their context can reach, so memory grows linearly with the input length:
+with att_context_size [70, 0] a query sees at most 71 keys, and no T x T matrix is ever built. Every score that
+NeMo's masked full attention would keep is computed the same way; the masked ones it drives to exactly zero
+probability are left out, so the result is the same (tests/test_fastconformer.py checks it against a dense one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..config import EncoderConfig
+from ..errors import ConfigError
+
+SUBSAMPLING_KERNEL = 3
+SUBSAMPLING_STRIDE = 2
+NORM_EPS = 1e-5  # torch.nn.LayerNorm / BatchNorm1d default, all conformer norms (SPEC §2.2.4)
+MASKED_SCORE = -10000.0  # NeMo's INF_VAL fill for masked attention scores (SPEC §2.2.3)
+POS_EMB_BASE = 10000.0  # sinusoid base of the relative positional encoding (SPEC §2.2.2)
+QUERY_BLOCK = 64  # queries per attention block; any value gives the same result, this one suits CPU BLAS
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# subsampling (pre_encode)
+# ----------------------------------------------------------------------------------------------------------------
+def subsampling_padding(causal: bool) -> tuple[int, int]:
+    """(left, right) zero padding of each stride-2 conv, on time and frequency alike: CausalConv2D pads
+    (kernel - 1, stride - 1), the symmetric variant (kernel - 1) // 2 on both sides (SPEC §2.2.1)."""
+    if causal:
+        return SUBSAMPLING_KERNEL - 1, SUBSAMPLING_STRIDE - 1
+    return (SUBSAMPLING_KERNEL - 1) // 2, (SUBSAMPLING_KERNEL - 1) // 2
+
+
+def strided_length(length, causal: bool):
+    """Output length of one stride-2 conv: floor((L + pad_left + pad_right - kernel) / stride) + 1."""
+    left, right = subsampling_padding(causal)
+    return (length + left + right - SUBSAMPLING_KERNEL) // SUBSAMPLING_STRIDE + 1
+
+
+def subsampled_length(length, factor: int, causal: bool):
+    """Encoder frames for ``length`` feature frames: the stride-2 rule applied log2(factor) times (causal: g(x) =
+    floor(x / 2) + 1, so 100 -> 14, 128 -> 17)."""
+    for _ in range(int(math.log2(factor))):
+        length = strided_length(length, causal)
+    return length
+
+
+def zero_past_length(x: mx.array, lengths: mx.array) -> mx.array:
+    """Frames at and past each item's length set to 0 (axis 1 is time)."""
+    inside = mx.arange(x.shape[1])[None, :] < lengths[:, None]
+    return mx.where(inside.reshape(inside.shape + (1,) * (x.ndim - 2)), x, 0.0)
+
+
+class ConvSubsampling(nn.Module):
+    """``pre_encode``: ``conv`` mirrors NeMo's MaskedConvSequential, [conv3x3/2, ReLU, (depthwise 3x3/2, 1x1, ReLU)
+    x (log2(factor) - 1)], so the convs sit at indices 0, 2, 3, 5, 6; ``out`` maps channels x frequency to d_model.
+    Frames past the running length are zeroed before every layer and after the last one (SPEC §2.2.1)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        steps = int(math.log2(cfg.subsampling_factor))
+        if 2**steps != cfg.subsampling_factor or steps < 1:
+            raise ConfigError(f"encoder subsampling_factor {cfg.subsampling_factor} is not a power of two")
+        self.causal = cfg.causal_downsampling
+        channels = cfg.subsampling_conv_channels
+        k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
+        conv: list[nn.Module] = [nn.Conv2d(1, channels, k, stride=s), nn.ReLU()]
+        for _ in range(steps - 1):
+            depthwise = nn.Conv2d(channels, channels, k, stride=s, groups=channels)
+            conv += [depthwise, nn.Conv2d(channels, channels, 1), nn.ReLU()]
+        self.conv = conv
+        freq = cfg.feat_in
+        for _ in range(steps):
+            freq = strided_length(freq, self.causal)
+        self.out = nn.Linear(channels * freq, cfg.d_model)
+
+    def __call__(self, features: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
+        # [B, T, F], [B] -> [B, T', d_model], [B]
+        x = features[..., None]  # [B, T, F, 1]: an image with one channel, channels-last
+        lengths = lengths.astype(mx.int32)
+        left, right = subsampling_padding(self.causal)
+        x = zero_past_length(x, lengths)
+        for layer in self.conv:
+            if isinstance(layer, nn.Conv2d) and layer.stride != (1, 1):
+                x = layer(mx.pad(x, [(0, 0), (left, right), (left, right), (0, 0)]))
+                lengths = strided_length(lengths, self.causal)
+            else:
+                x = layer(x)
+            x = zero_past_length(x, lengths)
+        b, t, f, c = x.shape
+        x = x.transpose(0, 1, 3, 2).reshape(b, t, c * f)  # channel-major flattening, as NeMo's [B, C, T, F]
+        return self.out(x), lengths
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# attention context: which keys each query may see, and the relative positions that reach them
+# ----------------------------------------------------------------------------------------------------------------
+def context_reach(cfg: EncoderConfig, length: int) -> tuple[int, int]:
+    """How far left and right of a query its context can reach: (max i - j, max j - i) over allowed pairs, capped at
+    length - 1. chunked_limited [L, R]: chunks of R + 1 frames, L // (R + 1) chunks to the left (SPEC §2.2.3)."""
+    left, right = cfg.att_context_size
+    cap = max(length - 1, 0)
+    if cfg.att_context_style == "chunked_limited" and right >= 0:
+        chunk = right + 1
+        left_chunks = left // chunk if left >= 0 else cap
+        return min(left_chunks * chunk + chunk - 1, cap), min(chunk - 1, cap)
+    return (min(left, cap) if left >= 0 else cap), (min(right, cap) if right >= 0 else cap)
+
+
+def context_allows(cfg: EncoderConfig, i: mx.array, j: mx.array) -> mx.array:
+    """NeMo's attention context rule for query frames ``i`` and key frames ``j`` (broadcast), before padding is
+    considered (``ConformerEncoder._create_masks``)."""
+    left, right = cfg.att_context_size
+    if cfg.att_context_style == "chunked_limited" and right >= 0:
+        chunk = right + 1
+        diff = i // chunk - j // chunk
+        allowed = diff >= 0
+        return allowed & (diff <= left // chunk) if left >= 0 else allowed
+    allowed = mx.ones(mx.broadcast_shapes(i.shape, j.shape), dtype=mx.bool_)
+    if left >= 0:
+        allowed = allowed & (i - j <= left)
+    if right >= 0:
+        allowed = allowed & (j - i <= right)
+    return allowed
+
+
+def relative_positional_encoding(positions: mx.array, d_model: int) -> mx.array:
+    """Sinusoids of relative distances: pe[p, 2k] = sin(p w_k), pe[p, 2k + 1] = cos(p w_k), w_k = 10000^(-2k / d),
+    computed in float32 like NeMo's table (SPEC §2.2.2). [P] -> [P, d_model]."""
+    rates = mx.exp(mx.arange(0, d_model, 2, dtype=mx.float32) * -(math.log(POS_EMB_BASE) / d_model))
+    angles = positions.astype(mx.float32)[:, None] * rates[None, :]
+    return mx.stack([mx.sin(angles), mx.cos(angles)], axis=-1).reshape(positions.shape[0], d_model)
+
+
+@dataclass(frozen=True)
+class AttentionContext:
+    """Everything the layers of one forward share: the key band, its positional encodings and the masks.
+
+    Queries come in blocks of ``block`` frames; block n's queries n*block + a see keys n*block - left + c for
+    c in [0, span), span = block + left + right. ``pos_emb`` [left + right + 1, d_model] holds the encodings of
+    the distances i - j = left, left - 1, ..., -right. ``allowed`` [B, 1, blocks, block, span] is NeMo's attention
+    mask (context rule AND query and key inside the valid length) in that layout; ``valid`` [B, T, 1] marks
+    frames inside the length."""
+
+    left: int
+    right: int
+    block: int
+    blocks: int
+    pos_emb: mx.array
+    allowed: mx.array
+    valid: mx.array
+
+    @property
+    def span(self) -> int:
+        return self.block + self.left + self.right
+
+
+def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array) -> AttentionContext:
+    left, right = context_reach(cfg, length)
+    block = max(1, min(QUERY_BLOCK, length))
+    blocks = -(-length // block)
+    span = block + left + right
+    starts = mx.arange(blocks)[:, None, None] * block
+    i = starts + mx.arange(block)[None, :, None]  # [blocks, block, 1]
+    j = starts - left + mx.arange(span)[None, None, :]  # [blocks, 1, span]
+    lengths = lengths.astype(mx.int32)
+    per_item = lengths[:, None, None, None]
+    allowed = context_allows(cfg, i, j)[None] & (i[None] < per_item) & (j[None] >= 0) & (j[None] < per_item)
+    pos_emb = relative_positional_encoding(mx.arange(left, -right - 1, -1), cfg.d_model)
+    valid = (mx.arange(length)[None, :] < lengths[:, None])[..., None]
+    return AttentionContext(left, right, block, blocks, pos_emb, allowed[:, None], valid)
+
+
+def key_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
+    """The keys (or values) each query block can reach, zeros outside [0, T). [B, T, H, dk] -> [B, H, n, span, dk]."""
+    t = x.shape[1]
+    padded = mx.pad(x, [(0, 0), (ctx.left, ctx.blocks * ctx.block - t + ctx.right), (0, 0), (0, 0)])
+    index = mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]
+    return padded[:, index].transpose(0, 3, 1, 2, 4)
+
+
+def query_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
+    """[B, T, H, dk] -> [B, H, n, block, dk] (the last block zero-padded)."""
+    b, t, h, dk = x.shape
+    padded = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
+    return padded.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 3, 1, 2, 4)
+
+
+def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
+    """Place per-query scores indexed by distance slot e (key = query - left + e) at their key column in the block:
+    out[..., a, c] = by_distance[..., a, c - a] for 0 <= c - a < width, else 0. It is NeMo's ``rel_shift`` (pad,
+    reshape, drop) applied to a band: [..., block, width] -> [..., block, span]."""
+    *lead, block, width = by_distance.shape
+    padded = mx.pad(by_distance, [(0, 0)] * len(lead) + [(0, 0), (0, span + 1 - width)])
+    flat = padded.reshape(*lead, block * (span + 1))[..., : block * span]
+    return flat.reshape(*lead, block, span)
+
+
+def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p: mx.array,
+                       ctx: AttentionContext) -> mx.array:
+    """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
+    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4).
+    q_u, q_v, k, v [B, T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
+    b, t, h, dk = q_u.shape
+    content = query_blocks(q_u, ctx) @ key_blocks(k, ctx).swapaxes(-1, -2)  # [B, H, n, block, span]
+    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)[None, :, None]  # [B, H, n, block, W]
+    scores = (content + skew_to_keys(position, ctx.span)) / math.sqrt(dk)
+    scores = mx.where(ctx.allowed, scores, MASKED_SCORE)
+    probs = mx.where(ctx.allowed, mx.softmax(scores, axis=-1), 0.0)
+    out = probs @ key_blocks(v, ctx)  # [B, H, n, block, dk]
+    return out.transpose(0, 2, 3, 1, 4).reshape(b, ctx.blocks * ctx.block, h * dk)[:, :t]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# conformer layer
+# ----------------------------------------------------------------------------------------------------------------
+class RelPositionMultiHeadAttention(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        d, h = cfg.d_model, cfg.n_heads
+        self.heads = h
+        self.linear_q = nn.Linear(d, d, bias=cfg.use_bias)
+        self.linear_k = nn.Linear(d, d, bias=cfg.use_bias)
+        self.linear_v = nn.Linear(d, d, bias=cfg.use_bias)
+        self.linear_out = nn.Linear(d, d, bias=cfg.use_bias)
+        self.linear_pos = nn.Linear(d, d, bias=False)
+        self.pos_bias_u = mx.zeros((h, d // h))
+        self.pos_bias_v = mx.zeros((h, d // h))
+
+    def split_heads(self, y: mx.array) -> mx.array:
+        """[..., D] -> [..., H, D / H]"""
+        return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
+
+    def __call__(self, x: mx.array, ctx: AttentionContext) -> mx.array:
+        # [B, T, D] -> [B, T, D]
+        q = self.split_heads(self.linear_q(x))
+        k = self.split_heads(self.linear_k(x))
+        v = self.split_heads(self.linear_v(x))
+        p = self.split_heads(self.linear_pos(ctx.pos_emb))  # [W, H, dk]
+        return self.linear_out(relative_attention(q + self.pos_bias_u, q + self.pos_bias_v, k, v, p, ctx))
+
+
+class ConformerFeedForward(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        hidden = cfg.d_model * cfg.ff_expansion_factor
+        self.linear1 = nn.Linear(cfg.d_model, hidden, bias=cfg.use_bias)
+        self.linear2 = nn.Linear(hidden, cfg.d_model, bias=cfg.use_bias)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.linear2(nn.silu(self.linear1(x)))
+
+
+class BatchNorm1d(nn.Module):
+    """torch.nn.BatchNorm1d in eval mode: the stored running statistics normalise each channel."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.weight = mx.ones((channels,))
+        self.bias = mx.zeros((channels,))
+        self.running_mean = mx.zeros((channels,))
+        self.running_var = mx.ones((channels,))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return (x - self.running_mean) * mx.rsqrt(self.running_var + NORM_EPS) * self.weight + self.bias
+
+
+def conv_norm(cfg: EncoderConfig) -> nn.Module:
+    """``conv.batch_norm``: a LayerNorm over channels in the release (``conv_norm_type: layer_norm``, the name is
+    NeMo's), a real BatchNorm1d in the NeMo harness."""
+    if cfg.conv_norm_type == "layer_norm":
+        return nn.LayerNorm(cfg.d_model, eps=NORM_EPS)
+    if cfg.conv_norm_type == "batch_norm":
+        return BatchNorm1d(cfg.d_model)
+    raise ConfigError(f"encoder conv_norm_type={cfg.conv_norm_type!r} is not supported")
+
+
+class ConformerConvolution(nn.Module):
+    """pointwise_conv1 (d -> 2d) -> GLU -> padded frames zeroed -> causal depthwise conv (left pad kernel - 1) ->
+    norm -> SiLU -> pointwise_conv2 (SPEC §2.2.4). Pointwise convs are computed as Linears ([out, in] weights)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.kernel_size = cfg.conv_kernel_size
+        self.pointwise_conv1 = nn.Linear(d, 2 * d, bias=cfg.use_bias)
+        self.depthwise_conv = nn.Conv1d(d, d, cfg.conv_kernel_size, groups=d, bias=cfg.use_bias)
+        self.batch_norm = conv_norm(cfg)
+        self.pointwise_conv2 = nn.Linear(d, d, bias=cfg.use_bias)
+
+    def __call__(self, x: mx.array, valid: mx.array) -> mx.array:
+        # [B, T, D], valid [B, T, 1] -> [B, T, D]
+        x = nn.glu(self.pointwise_conv1(x), axis=-1)
+        x = mx.where(valid, x, 0.0)
+        x = self.depthwise_conv(mx.pad(x, [(0, 0), (self.kernel_size - 1, 0), (0, 0)]))
+        return self.pointwise_conv2(nn.silu(self.batch_norm(x)))
+
+
+class ConformerLayer(nn.Module):
+    """x + FF1/2 -> + MHSA -> + Conv -> + FF2/2 -> LayerNorm (SPEC §2.2.4)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.norm_feed_forward1 = nn.LayerNorm(d, eps=NORM_EPS)
+        self.feed_forward1 = ConformerFeedForward(cfg)
+        self.norm_self_att = nn.LayerNorm(d, eps=NORM_EPS)
+        self.self_attn = RelPositionMultiHeadAttention(cfg)
+        self.norm_conv = nn.LayerNorm(d, eps=NORM_EPS)
+        self.conv = ConformerConvolution(cfg)
+        self.norm_feed_forward2 = nn.LayerNorm(d, eps=NORM_EPS)
+        self.feed_forward2 = ConformerFeedForward(cfg)
+        self.norm_out = nn.LayerNorm(d, eps=NORM_EPS)
+
+    def __call__(self, x: mx.array, ctx: AttentionContext) -> mx.array:
+        # [B, T, D] -> [B, T, D]
+        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        x = x + self.self_attn(self.norm_self_att(x), ctx)
+        x = x + self.conv(self.norm_conv(x), ctx.valid)
+        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        return self.norm_out(x)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# encoder
+# ----------------------------------------------------------------------------------------------------------------
+def check_supported(cfg: EncoderConfig) -> None:
+    if cfg.d_model % cfg.n_heads:
+        raise ConfigError(f"encoder d_model {cfg.d_model} is not a multiple of n_heads {cfg.n_heads}")
+    if cfg.att_context_style not in ("chunked_limited", "regular"):
+        raise ConfigError(f"encoder att_context_style={cfg.att_context_style!r} is not supported")
+    if not cfg.untie_biases:
+        raise ConfigError("encoder untie_biases=false (shared pos_bias_u/v) is not supported")
+
+
+class ConformerEncoder(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        check_supported(cfg)
+        self.cfg = cfg
+        self.pre_encode = ConvSubsampling(cfg)
+        self.layers = [ConformerLayer(cfg) for _ in range(cfg.n_layers)]
+
+    def __call__(self, features: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
+        # [B, T, F], [B] -> [B, T', D], [B]
+        x, lengths = self.pre_encode(features, lengths)
+        return self.layer_outputs(x, lengths)[-1], lengths
+
+    def scale_input(self, x: mx.array) -> mx.array:
+        """NeMo's ``pos_enc`` scales the subsampled input by sqrt(d_model) when xscaling is on (SPEC §2.2.2)."""
+        return x * math.sqrt(self.cfg.d_model) if self.cfg.xscaling else x
+
+    def context(self, length: int, lengths: mx.array) -> AttentionContext:
+        return attention_context(self.cfg, length, lengths)
+
+    def layer_outputs(self, x: mx.array, lengths: mx.array) -> list[mx.array]:
+        """Output of every conformer layer for the ``pre_encode`` output ``x`` [B, T', D]."""
+        ctx = self.context(x.shape[1], lengths)
+        x = self.scale_input(x)
+        outputs = []
+        for layer in self.layers:
+            x = layer(x, ctx)
+            outputs.append(x)
+        return outputs

@@ -1,0 +1,166 @@
+"""RNNT user-transcript head (BR/TRT only, SPEC §2.3): ``stt_model.rnnt_decoder.*`` and ``stt_model.rnnt_joint.*``,
+NeMo's RNNTDecoder (embedding + LSTM prediction network) and RNNTJoint, with NeMo's greedy decoding run one encoder
+frame at a time (SPEC §1.2 J: the duplex loop feeds one ``asr_emb`` frame per 80 ms step and carries the
+hypothesis), and NVIDIA's transcript normalisation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from .. import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..config import RNNTConfig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# networks
+# ----------------------------------------------------------------------------------------------------------------
+LSTMState = list[tuple[mx.array, mx.array]]  # (h, c) per layer, each [B, H]
+
+
+class LSTM(nn.Module):
+    """torch.nn.LSTM (batch of one step), with torch's parameter names ``weight_ih_l{n}`` [4H, in],
+    ``weight_hh_l{n}`` [4H, H], ``bias_ih_l{n}``, ``bias_hh_l{n}`` [4H]; gate order i, f, g, o."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        for n in range(num_layers):
+            inputs = input_size if n == 0 else hidden_size
+            setattr(self, f"weight_ih_l{n}", mx.zeros((4 * hidden_size, inputs)))
+            setattr(self, f"weight_hh_l{n}", mx.zeros((4 * hidden_size, hidden_size)))
+            setattr(self, f"bias_ih_l{n}", mx.zeros((4 * hidden_size,)))
+            setattr(self, f"bias_hh_l{n}", mx.zeros((4 * hidden_size,)))
+
+    def zero_state(self, batch: int) -> LSTMState:
+        zeros = mx.zeros((batch, self.hidden_size))
+        return [(zeros, zeros)] * self.num_layers
+
+    def __call__(self, x: mx.array, state: LSTMState) -> tuple[mx.array, LSTMState]:
+        # x [B, in], state per layer -> output [B, H], new state
+        new_state = []
+        for n, (h, c) in enumerate(state):
+            gates = (x @ getattr(self, f"weight_ih_l{n}").T + getattr(self, f"bias_ih_l{n}")
+                     + h @ getattr(self, f"weight_hh_l{n}").T + getattr(self, f"bias_hh_l{n}"))
+            i, f, g, o = mx.split(gates, 4, axis=-1)
+            c = mx.sigmoid(f) * c + mx.sigmoid(i) * mx.tanh(g)
+            h = mx.sigmoid(o) * mx.tanh(c)
+            new_state.append((h, c))
+            x = h
+        return x, new_state
+
+
+class DecoderRNN(nn.Module):
+    """NeMo's LSTMDropout wrapper (``dec_rnn``): the LSTM sits at ``dec_rnn.lstm``; dropout is off at inference."""
+
+    def __init__(self, cfg: RNNTConfig):
+        super().__init__()
+        self.lstm = LSTM(cfg.pred_hidden, cfg.pred_hidden, cfg.pred_rnn_layers)
+
+
+class PredictionNetwork(nn.Module):
+    def __init__(self, cfg: RNNTConfig):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size + 1, cfg.pred_hidden)  # + blank, NeMo's blank_as_pad
+        self.dec_rnn = DecoderRNN(cfg)
+
+
+class RNNTDecoder(nn.Module):
+    """``stt_model.rnnt_decoder``: the prediction network g = LSTM(embed(last token)) (SPEC §2.3)."""
+
+    def __init__(self, cfg: RNNTConfig):
+        super().__init__()
+        self.prediction = PredictionNetwork(cfg)
+
+    def predict(self, token: Optional[int], state: Optional[LSTMState]) -> tuple[mx.array, LSTMState]:
+        """One step. ``token`` None is the start of the sequence: a zero input vector and, with ``state`` None, the
+        zero state (NeMo's ``predict(None)``). Returns g [1, pred_hidden] and the new state."""
+        lstm = self.prediction.dec_rnn.lstm
+        if token is None:
+            x = mx.zeros((1, lstm.hidden_size))
+        else:
+            x = self.prediction.embed(mx.array([token]))
+        return lstm(x, state if state is not None else lstm.zero_state(1))
+
+
+class RNNTJoint(nn.Module):
+    """``stt_model.rnnt_joint``: logits = joint_net(enc(f) + pred(g)), ``joint_net`` = [ReLU, Dropout?, Linear] as
+    NeMo's Sequential, so the Linear is ``joint_net.2`` when the ASR config had joint dropout > 0 (SPEC §2.3)."""
+
+    def __init__(self, cfg: RNNTConfig):
+        super().__init__()
+        self.enc = nn.Linear(cfg.encoder_hidden, cfg.joint_hidden)
+        self.pred = nn.Linear(cfg.pred_hidden, cfg.joint_hidden)
+        dropout = [nn.Dropout()] if cfg.joint_dropout else []
+        self.joint_net = [nn.ReLU(), *dropout, nn.Linear(cfg.joint_hidden, cfg.vocab_size + 1)]
+
+    def __call__(self, projected_frame: mx.array, g: mx.array) -> mx.array:
+        # enc(f) [1, J], g [1, pred_hidden] -> logits [1, vocab + 1]; dropout is the identity at inference
+        return self.joint_net[-1](nn.relu(projected_frame + self.pred(g)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# greedy decoding, one frame at a time
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class RNNTState:
+    """The hypothesis carried across frames: emitted ids, the last one, and the prediction network's state after it
+    (None until the first symbol, which makes the next step the start-of-sequence step). ``prediction`` caches the
+    prediction-network output for (last token, state): NeMo recomputes it at every step; the values are the same."""
+
+    tokens: list[int] = field(default_factory=list)
+    last_token: Optional[int] = None
+    lstm_state: Optional[LSTMState] = None
+    prediction: Optional[tuple[mx.array, LSTMState]] = None
+
+
+class RNNTGreedy:
+    """NeMo's ``GreedyRNNTInfer._greedy_decode`` for one frame at a time with a carried hypothesis (SPEC §2.3): at
+    each frame, up to ``max_symbols`` times: run the prediction network on the last token (start of sequence: zero
+    input, zero state), take the argmax of the joint; blank ends the frame, any other id is emitted and its state
+    committed."""
+
+    def __init__(self, decoder: RNNTDecoder, joint: RNNTJoint, cfg: RNNTConfig):
+        self.decoder = decoder
+        self.joint = joint
+        self.blank_id = cfg.blank_id
+        self.max_symbols = cfg.max_symbols
+
+    def new_state(self) -> RNNTState:
+        return RNNTState()
+
+    def decode_frame(self, state: RNNTState, enc_frame: mx.array) -> list[int]:
+        """Consume one encoder frame [1, encoder_hidden]; returns the ids emitted at it (and appends them to
+        ``state.tokens``)."""
+        projected = self.joint.enc(enc_frame)
+        emitted = []
+        for _ in range(self.max_symbols):
+            if state.prediction is None:
+                state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
+                mx.eval(state.prediction)
+            g, next_lstm_state = state.prediction
+            token = mx.argmax(self.joint(projected, g), axis=-1).item()
+            if token == self.blank_id:
+                break
+            emitted.append(token)
+            state.last_token, state.lstm_state, state.prediction = token, next_lstm_state, None
+        state.tokens.extend(emitted)
+        return emitted
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# text
+# ----------------------------------------------------------------------------------------------------------------
+def transcript_text(ids: Sequence[int], vocabulary: Sequence[str]) -> str:
+    """NVIDIA's transcript string (BR ``_rnnt_hypotheses_to_src_text``, SPEC §1.2 J): the pieces joined (NeMo's
+    ``RNNTDecoding`` with a vocabulary), stripped, '▁' -> space, runs of spaces collapsed, stripped, whitespace
+    before '.', ',' and '?' removed."""
+    text = "".join(vocabulary[i] for i in ids).strip()
+    text = re.sub(r" +", " ", text.replace("▁", " ")).strip()
+    return re.sub(r"(\s+)([.,?])", r"\2", text)
