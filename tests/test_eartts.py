@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from conftest import NEMO
+from conftest import NEMO, ReplayNoise
 import mlx.core as mx
 from tokenizers import Tokenizer
 
@@ -30,27 +30,6 @@ RUNS = {  # run -> (checkpoint, generation settings)
     "sampled_aria": ("tiny_model_aria", SAMPLED),
     "v2_greedy_aria": ("tiny_v2_aria", GREEDY),
 }
-
-
-class ReplayNoise:
-    """NeMo's recorded draws in NeMo's call order, alternating per MoG iteration: the Gumbel values G (already
-    -log(-log(u+eps)+eps)), then the normals. Asking in another order fails."""
-
-    def __init__(self, ref):
-        gumbels, normals = ref["tts.noise.gumbel"], ref["tts.noise.randn"]
-        assert len(gumbels) == len(normals)
-        self.draws = [draw for g, n in zip(gumbels, normals) for draw in (("gumbel", g), ("normal", n))]
-
-    def _next(self, kind, shape):
-        recorded_kind, value = self.draws.pop(0)
-        assert recorded_kind == kind, f"asked for a {kind} draw where NeMo drew {recorded_kind}"
-        return mx.array(value).reshape(shape)
-
-    def gumbel(self, shape):
-        return self._next("gumbel", shape)
-
-    def normal(self, shape):
-        return self._next("normal", shape)
 
 
 @lru_cache(maxsize=None)

@@ -1,3 +1,15 @@
-"""voicechat: NVIDIA NemotronLabs-VoiceChat-11B (full-duplex speech-to-speech) on MLX."""
+"""voicechat: NVIDIA NemotronLabs-VoiceChat-11B (full-duplex speech-to-speech) on MLX.
+
+    model = voicechat.load("mlx-community/NemotronLabs-VoiceChat-11B-4bit")   # or a local directory
+    result = model.generate("question.wav", system_prompt="You are a helpful assistant.", seed=0)
+    result.text, result.function_text, result.user_transcript, result.audio (22.05 kHz)
+"""
 
 from . import compute  # noqa: F401  (preloads an optimized BLAS before anything imports mlx)
+from .config import NVIDIA_SAMPLING, GenerationConfig
+from .errors import (AudioInputError, Cancelled, CheckpointError, ConfigError, ModelUnavailable, VoiceChatError)
+from .loop import Model, load
+from .result import FrameUpdate, Result
+
+__all__ = ["load", "Model", "GenerationConfig", "Result", "FrameUpdate", "NVIDIA_SAMPLING", "VoiceChatError",
+           "ConfigError", "CheckpointError", "ModelUnavailable", "AudioInputError", "Cancelled"]

@@ -321,6 +321,7 @@ class GenerationConfig:
     reference: bool = False  # NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept (SPEC §1.2 I)
     extra_seconds: Optional[float] = None  # fixed silence appended to the input; None = until the answer ends
     max_extra_seconds: float = 10.0
+    max_input_seconds: float = 600.0  # longer recordings are refused
     text_temperature: float = 0.0  # 0 = greedy (NeMo); NVIDIA's wrapper uses 0.3 / 0.5 / 1.1
     text_top_p: float = 1.0
     text_repetition_penalty: float = 1.0

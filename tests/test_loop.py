@@ -1,0 +1,200 @@
+"""The whole offline loop through the public API, against NVIDIA's NeMo 3.0.0 on its own checkpoints: identical
+text ids at every timeline position, identical codes in every frame, the waveform within 1e-4 (SPEC §1.2)."""
+
+import json
+from functools import lru_cache
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import HARNESS_WAV, NEMO, ReplayNoise
+import voicechat
+from voicechat import AudioInputError, Cancelled, GenerationConfig
+from voicechat.loop import QUIET_FRAMES_AFTER_ANSWER, Run, Timeline, sample_text_token
+
+PROMPT = "You are a helpful assistant."
+# the harness's greedy TTS (top-k 1 keeps the best MoG component, noise 0) and NeMo's default sampling
+GREEDY = dict(tts_guidance_scale=0.5, tts_top_k=1, tts_noise_scale=0.0)
+SAMPLED = dict(tts_guidance_scale=0.5, tts_top_p=0.8, tts_noise_scale=0.8)
+RUNS = {
+    "greedy": ("tiny_model", GREEDY),
+    "sampled": ("tiny_model", SAMPLED),
+    "greedy_aria": ("tiny_model_aria", GREEDY),
+    "sampled_aria": ("tiny_model_aria", SAMPLED),
+    "v2_greedy_aria": ("tiny_v2_aria", GREEDY),
+}
+
+
+@lru_cache(maxsize=None)
+def model(name: str):
+    return voicechat.load(NEMO / name)
+
+
+def reference(run: str) -> dict:
+    ref = dict(np.load(NEMO / "greedy" / "reference.npz")) if run in ("sampled", "greedy_aria", "sampled_aria") else {}
+    ref.update(np.load(NEMO / run / "reference.npz"))
+    return ref
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_end_to_end_parity_with_nemo(run):
+    name, tts = RUNS[run]
+    ref = reference(run)
+    noise = ReplayNoise(ref) if "tts.noise.gumbel" in ref else None
+    r = model(name).generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **tts),
+                             tts_noise=noise)
+    assert np.array_equal(r.text_tokens, ref["stt.gen_text_full"][0])  # every position, prompt positions included
+    assert np.array_equal(r.audio_codes, ref["out.gen_audio_codes"][0])  # frame 0 all zeros, prompt frames kept
+    assert r.audio.shape == ref["out.audio"][0].shape
+    assert np.abs(r.audio - ref["out.audio"][0]).max() < 1e-4
+    assert r.first_frame == 0 and r.prompt_frames == len(ref["stt.prompt_tokens"][0])
+    if noise is not None:
+        assert not noise.draws  # every recorded draw was consumed, in NeMo's order
+
+
+def test_text_string_matches_nemo_with_turn_markers():
+    meta = json.loads((NEMO / "greedy" / "reference_meta.json").read_text())
+    r = model("tiny_model").generate(HARNESS_WAV, system_prompt=PROMPT,
+                                     config=GenerationConfig(reference=True, turn_markers=True, **GREEDY))
+    assert r.text == meta["text"][0]
+
+
+def test_app_mode_is_the_reference_timeline_without_the_prompt():
+    m = model("tiny_model")
+    ref = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **GREEDY))
+    app = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(extra_seconds=0.0, **GREEDY))
+    p = ref.prompt_frames
+    assert app.first_frame == p and np.array_equal(app.text_tokens, ref.text_tokens[p:])
+    assert np.array_equal(app.audio_codes, ref.audio_codes[p:])
+    # the causal codec decoder gets enough left context that the cut-out decode equals the full one
+    assert app.audio.shape == (len(ref.audio) - p * 1764,)
+    assert np.abs(app.audio - ref.audio[p * 1764:]).max() < 1e-5
+
+
+def test_app_mode_appends_silence_until_the_answer_ends_or_the_bound():
+    m = model("tiny_model")
+    fixed = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(extra_seconds=0.4, **GREEDY))
+    assert len(fixed.text_tokens) == 28 + 5  # 2.16 s -> 28 encoder frames, + 5 frames of silence
+    bounded = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(max_extra_seconds=0.8, **GREEDY))
+    # random weights never say EOS here, so the appended 0.8 s bound the run
+    assert m.config.eos_id not in bounded.text_tokens and len(bounded.text_tokens) == 28 + 10
+    assert len(bounded.audio) == len(bounded.text_tokens) * 1764
+
+
+def test_stop_rule():
+    run = Run.__new__(Run)
+    run.cfg = model("tiny_model").config
+    pad, eos, word = run.cfg.pad_id, run.cfg.eos_id, 300
+    quiet = QUIET_FRAMES_AFTER_ANSWER
+    text = np.array([pad, pad] + [pad, word, word, eos] + [pad] * 40)  # 2 prompt positions, EOS at position 5
+    heard = Timeline(prompt=2, encoder_frames=40, valid_frames=40, input_frames=3)  # recording over after position 4
+    assert not run.answer_finished(text, 5 + quiet - 1, heard)  # only quiet - 1 quiet frames so far
+    assert run.answer_finished(text, 5 + quiet, heard)
+    hearing = Timeline(prompt=2, encoder_frames=40, valid_frames=40, input_frames=20)
+    assert not run.answer_finished(text, 5 + quiet, hearing)  # the user may still be talking
+    assert run.answer_finished(text, 2 + 20, hearing)
+    text[5 + quiet + 1] = word  # the assistant speaks again after its EOS
+    assert not run.answer_finished(text, 2 + 20, hearing)
+    assert not run.answer_finished(np.full(46, pad), 30, heard)  # never spoke: the appended silence bounds it
+
+
+def test_seeded_runs_are_identical_and_seeds_matter():
+    m = model("tiny_model_aria")
+    cfg = GenerationConfig(extra_seconds=0.3)  # the checkpoint's sampling TTS (top-p 0.8, noise 0.8)
+    a = m.generate(HARNESS_WAV, system_prompt=PROMPT, seed=3, config=cfg)
+    b = m.generate(HARNESS_WAV, system_prompt=PROMPT, seed=3, config=cfg)
+    c = m.generate(HARNESS_WAV, system_prompt=PROMPT, seed=4, config=cfg)
+    assert np.array_equal(a.audio_codes, b.audio_codes) and a.audio.tobytes() == b.audio.tobytes()
+    assert not np.array_equal(a.audio_codes, c.audio_codes)
+
+
+def test_no_system_prompt_predicts_from_position_zero():
+    r = model("tiny_model").generate(HARNESS_WAV, config=GenerationConfig(reference=True, **GREEDY))
+    assert r.prompt_frames == 0 and len(r.text_tokens) == 28
+    assert np.array_equal(r.audio_codes[0], np.zeros(31))  # the reference keeps NeMo's never-written frame 0
+
+
+def test_input_conversions_give_the_same_answer(tmp_path):
+    m = model("tiny_model")
+    cfg = GenerationConfig(extra_seconds=0.0, **GREEDY)
+    x, rate = sf.read(HARNESS_WAV, dtype="int16")
+    base = m.generate(x, rate, config=cfg)
+    stereo = m.generate(np.stack([x, x], axis=1), rate, config=cfg)  # identical channels downmix to the same
+    assert np.array_equal(base.audio_codes, stereo.audio_codes)
+    flac = tmp_path / "q.flac"
+    sf.write(flac, x, rate)
+    assert np.array_equal(m.generate(flac, config=cfg).audio_codes, base.audio_codes)
+    resampled = m.generate(sf.read(HARNESS_WAV)[0].repeat(3)[::1], 48000, config=cfg)  # 3x length at 3x rate
+    assert len(resampled.text_tokens) == len(base.text_tokens)
+
+
+@pytest.mark.parametrize("audio, rate, message", [
+    ("missing.wav", None, "does not exist"),
+    (np.zeros(0, np.float32), 16000, "empty"),
+    (np.zeros(1000, np.float32), 16000, "shorter than one 80 ms frame"),
+    (np.array([0.0, np.nan] * 1000, np.float32), 16000, "NaN"),
+    (np.zeros(16000 * 3, np.float32), 16000, "limit is 2 s"),
+    (np.zeros(16000, np.float32), None, "sample_rate is required"),
+])
+def test_bad_inputs_are_clear_errors(audio, rate, message, tmp_path):
+    if isinstance(audio, str):
+        audio = tmp_path / audio
+    with pytest.raises(AudioInputError, match=message):
+        model("tiny_model").generate(audio, rate, config=GenerationConfig(max_input_seconds=2.0))
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "notes.wav"
+    bad.write_text("this is not audio")
+    with pytest.raises(AudioInputError, match="not a readable audio file"):
+        model("tiny_model").generate(bad)
+
+
+def test_progress_is_reported_per_frame_and_can_cancel():
+    seen = []
+
+    def progress(done, total, update):
+        seen.append((done, total, update.stage))
+        if done == 15:
+            raise Cancelled("stop")
+
+    with pytest.raises(Cancelled):
+        model("tiny_model").generate(HARNESS_WAV, system_prompt=PROMPT,
+                                     config=GenerationConfig(reference=True, **GREEDY), progress=progress)
+    assert [d for d, _, _ in seen] == list(range(1, 16))  # every timeline frame (the TTS runs on prompt frames too)
+    assert {t for _, t, _ in seen} == {39}
+
+
+def test_release_layout_runs_every_channel(tmp_path):
+    """Our own tiny checkpoint in the release layout has what NeMo 3.0.0 lacks: the function head (weight 2.0) and
+    the RNNT transcript head; the loop fills both channels."""
+    from voicechat.testing import write_checkpoint
+
+    m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))
+    r = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(extra_seconds=0.0))
+    assert m.config.function_channel_weight == 2.0 and m.net.stt_model.function_head is not None
+    assert len(r.function_tokens) == len(r.text_tokens) == 28
+    assert isinstance(r.user_transcript, str) and r.user_transcript  # random weights emit something
+    assert r.sample_rate == 22050 and len(r.audio) == 28 * 1764
+
+
+def test_text_sampling_rules():
+    specials = {12, 1, 2}
+    key = mx.random.key(0)
+    greedy = GenerationConfig()
+    logits = mx.array([0.0, 0.0, 0.0, 5.0, 4.9, -3.0] + [0.0] * 10)
+    assert sample_text_token(logits, [], specials, greedy, key) == 3
+    hot = GenerationConfig(text_temperature=1.0, text_top_p=0.01)
+    assert sample_text_token(logits, [], specials, hot, key) == 3  # top-p keeps only the best id
+    # repetition penalty 10: id 3 (seen) drops from 5.0 to 0.5, so top-p now keeps only id 4
+    pen = GenerationConfig(text_temperature=1.0, text_top_p=0.01, text_repetition_penalty=10.0)
+    assert sample_text_token(logits, [3, 12], specials, pen, key) == 4
+    pad_best = mx.array([0.0] * 12 + [9.0] + [8.9] * 3)
+    draws = {sample_text_token(pad_best, [], specials, GenerationConfig(text_temperature=5.0), mx.random.key(s))
+             for s in range(20)}
+    assert draws == {12}  # an argmax of pad/bos/eos is kept as is (BR's rule)
+    spread = {sample_text_token(logits, [], specials, GenerationConfig(text_temperature=5.0), mx.random.key(s))
+              for s in range(40)}
+    assert len(spread) > 2

@@ -1,0 +1,372 @@
+"""The 80 ms timeline (SPEC §1.2): a recording in; the user's transcript, the assistant's text, the function
+channel and a spoken answer out. ``Model`` is what ``voicechat.load`` returns.
+
+Per timeline position t (the system prompt's positions first, then one per encoder frame):
+    LLM: fused[t] = w_text E(text[t-1]) + w_user audio[t] + w_func E(function[t-1]) -> text[t], function[t]
+    TTS (t >= 1): text[t] (and the codes of t-1, or the silence frame when text[t] is EOS) -> 31 codes
+    codec: codes -> 1764 samples at 22.05 kHz
+then the RNNT transcript over the same timeline. Two output modes (``GenerationConfig.reference``): NVIDIA's
+offline semantics (fixed length, prompt frames and the all-zero frame 0 kept in codes and audio), or the app's
+(answer timeline only, the input extended with silence until the assistant's turn has ended).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+
+from . import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+
+from .audio import DEFAULT_MAX_SECONDS, prepare_input, read_audio, resample
+from .config import GenerationConfig, ModelConfig
+from .errors import AudioInputError, ConfigError
+from .model import VoiceChatModel, load_parts, prompt_frames, speaker_reference_path
+from .result import FrameUpdate, Result
+from .stt import lm
+from .stt.rnnt import RNNTGreedy, transcript_text
+from .tokenizer import TextTokenizer, channel_text
+from .tts.eartts import prompt_samples, warmup_inputs, warmup_waveform
+from .tts.mog import KeyNoise
+
+QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
+CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
+
+Progress = Callable[[int, int, FrameUpdate], None]
+
+
+@dataclass(frozen=True)
+class TTSSettings:
+    guidance_scale: float
+    top_p: Optional[float]
+    top_k: Optional[int]
+    noise_scale: float
+
+
+def tts_settings(cfg: ModelConfig, gen: GenerationConfig) -> TTSSettings:
+    """Checkpoint values unless the call overrides them; a top-k given by the call wins over any top-p."""
+    top_p, top_k = cfg.tts.top_p, cfg.tts.top_k
+    if gen.tts_top_k is not None:
+        top_p, top_k = None, gen.tts_top_k
+    elif gen.tts_top_p is not None:
+        top_p, top_k = gen.tts_top_p, None
+    return TTSSettings(
+        cfg.tts.guidance_scale if gen.tts_guidance_scale is None else gen.tts_guidance_scale, top_p, top_k,
+        cfg.tts.noise_scale if gen.tts_noise_scale is None else gen.tts_noise_scale)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# text sampling (BR's _sample_text_token)
+# ----------------------------------------------------------------------------------------------------------------
+def sample_text_token(logits: mx.array, history: list[int], specials: set[int], gen: GenerationConfig,
+                      key: mx.array) -> int:
+    """Greedy at temperature 0. Otherwise, unless the argmax is pad/bos/eos (then it is kept): repetition penalty on
+    the distinct earlier ids except pad/bos/eos, temperature, top-p (keep the smallest prefix of the sorted
+    distribution whose mass reaches p, at least one id), then a draw. logits [V] -> id"""
+    best = int(mx.argmax(logits).item())
+    if gen.text_temperature == 0.0 or best in specials:
+        return best
+    x = logits.astype(mx.float32)
+    seen = sorted(set(history) - specials)
+    if gen.text_repetition_penalty != 1.0 and seen:
+        idx = mx.array(seen)
+        old = x[idx]
+        x[idx] = mx.where(old > 0, old / gen.text_repetition_penalty, old * gen.text_repetition_penalty)
+    x = x / gen.text_temperature
+    if gen.text_top_p < 1.0:
+        order = mx.argsort(-x)
+        cumulative = mx.cumsum(mx.softmax(x[order]), axis=-1)
+        drop = mx.concatenate([mx.array([False]), cumulative[:-1] > gen.text_top_p])
+        x[order] = mx.where(drop, -mx.inf, x[order])
+    return int(mx.random.categorical(x, key=key).item())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one generation
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class Timeline:
+    """Where things sit on the timeline: P prompt positions, then the encoder frames (the recording's, then any
+    appended silence)."""
+
+    prompt: int  # P
+    encoder_frames: int  # tensor length of the encoder output
+    valid_frames: int  # encoder frames within the (padded) input's valid length
+    input_frames: int  # encoder frames that carry the recording itself (before appended silence)
+
+    @property
+    def length(self) -> int:
+        return self.prompt + self.encoder_frames
+
+
+class Clock:
+    """Wall time per stage. With ``sync`` every stage boundary evaluates its arrays first (honest split, slower)."""
+
+    def __init__(self, sync: bool = False):
+        self.sync = sync
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.start = time.perf_counter()
+
+    def add(self, stage: str, t0: float, *arrays) -> float:
+        if self.sync and arrays:
+            mx.eval(*arrays)
+        t1 = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + t1 - t0
+        self.calls[stage] = self.calls.get(stage, 0) + 1
+        return t1
+
+
+class Model:
+    """A loaded NemotronLabs-VoiceChat checkpoint. Build it with ``voicechat.load``; all calls on one thread."""
+
+    def __init__(self, cfg: ModelConfig, tokenizer: TextTokenizer, net: VoiceChatModel, directory: Path):
+        self.config = cfg
+        self.tokenizer = tokenizer
+        self.net = net
+        self.directory = directory
+        self._warmup_codes: dict = {}
+
+    # -- speaker ---------------------------------------------------------------------------------------------
+    def speakers(self) -> list[str]:
+        return list(self.net.tts_model.audio_prompt_latents)
+
+    def _speaker(self, speaker) -> tuple[Optional[mx.array], Optional[np.ndarray], str]:
+        """(cached latent or None, speaker waveform at the codec rate or None, label). None = the checkpoint's
+        default: its ``inference_speaker_name`` latent, else the WAV its config names, else its only latent."""
+        latents = self.net.tts_model.audio_prompt_latents
+        if speaker is None:
+            if self.config.speaker_name:
+                speaker = self.config.speaker_name
+            elif (ref := speaker_reference_path(self.config, self.directory)) is not None:
+                speaker = ref
+            elif len(latents) == 1:
+                speaker = next(iter(latents))
+            else:
+                raise ConfigError("the checkpoint names no default speaker; pass speaker=<latent name or WAV path>")
+        if isinstance(speaker, str) and speaker in latents:
+            return latents[speaker], None, speaker
+        if isinstance(speaker, tuple):
+            samples, rate = speaker
+            return None, resample(np.asarray(samples, dtype=np.float32), int(rate), self.config.codec.sample_rate), "audio"
+        path = Path(speaker)
+        if not path.is_file():
+            raise AudioInputError(f"speaker {speaker!r} is neither a speaker of this checkpoint "
+                                  f"({', '.join(latents) or 'none'}) nor an audio file")
+        x, rate = read_audio(path)
+        return None, resample(x, rate, self.config.codec.sample_rate), path.name
+
+    def _warmup_codec_codes(self, label: str, audio: Optional[np.ndarray]) -> np.ndarray:
+        """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (SPEC §2.5.9); for a
+        cached latent the prompt is silence, so its codes are computed once per model."""
+        cfg = self.config
+        if audio is None and label in self._warmup_codes:
+            return self._warmup_codes[label]
+        n = prompt_samples(cfg.tts.audio_prompt_duration, cfg.codec.sample_rate, cfg.codec.samples_per_frame)
+        wave = warmup_waveform(audio, n, cfg.codec.samples_per_frame)
+        codes = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
+        if audio is None:
+            self._warmup_codes[label] = codes
+        return codes
+
+    # -- the public call ---------------------------------------------------------------------------------------
+    def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
+                 seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
+                 progress: Optional[Progress] = None, profile: bool = False, tts_noise=None) -> Result:
+        """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
+        file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
+        ``progress(done_frames, total_frames, update)`` is called after every frame; raising from it stops the run.
+        ``profile`` syncs at every stage boundary so ``Result.timings`` splits honestly. ``tts_noise``: a replay
+        source for the TTS random draws (tests)."""
+        gen = config or GenerationConfig()
+        cfg = self.config
+        clock = Clock(sync=profile)
+        x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
+                          gen.max_input_seconds)
+        extra = gen.extra_seconds if (gen.reference or gen.extra_seconds is not None) else gen.max_extra_seconds
+        heard = len(x)
+        x = np.concatenate([x, np.zeros(round((extra or 0.0) * cfg.input_sample_rate), np.float32)])
+        run = Run(self, gen, seed, clock, progress, system_prompt)
+        return run.execute(x, heard, system_prompt, self._speaker(speaker), tts_noise)
+
+
+class Run:
+    """The state of one ``generate`` call: the per-session caches of every network and the timeline so far."""
+
+    def __init__(self, model: Model, gen: GenerationConfig, seed: int, clock: Clock, progress: Optional[Progress],
+                 system_prompt: str):
+        self.m, self.gen, self.clock, self.progress = model, gen, clock, progress
+        self.seed, self.system_prompt = seed, system_prompt
+        self.cfg = model.config
+        self.stt, self.tts = model.net.stt_model, model.net.tts_model
+        self.settings = tts_settings(self.cfg, gen)
+        self.tts_key, self.text_key = mx.random.split(mx.random.key(seed))
+        c = self.cfg
+        self.specials = {c.pad_id, c.bos_id, c.eos_id}
+
+    # -- stages --------------------------------------------------------------------------------------------
+    def perceive(self, x: np.ndarray, heard: int, prompt_ids: list[int]) -> tuple[Timeline, mx.array, mx.array]:
+        """SPEC §1.2 B-C: the audio channel of every position [T, H] and the encoder output on the same timeline
+        [T, D] (zeros over the prompt) for the RNNT."""
+        t0 = time.perf_counter()
+        projected, lengths, encoded = self.stt.perception(mx.array(x)[None], mx.array([len(x)]))
+        valid = int(lengths[0].item())
+        n = projected.shape[1]
+        p = len(prompt_ids)
+        heard_frames = min(valid, -(-heard // self.cfg.samples_per_input_frame))
+        audio = projected[0]
+        if p:  # with a prompt, encoder frames past the valid length become zeros (SPEC §1.2 C)
+            keep = (mx.arange(n) < valid)[:, None]
+            audio = mx.concatenate([self.stt.embed_tokens(mx.array(prompt_ids)), mx.where(keep, audio, 0.0)])
+        asr = mx.concatenate([mx.zeros((p, encoded.shape[-1]), encoded.dtype), encoded[0]])
+        self.clock.add("perception", t0, audio, asr)
+        return Timeline(p, n, valid, heard_frames), audio, asr
+
+    def warm_up_tts(self, speaker, tts_noise):
+        t0 = time.perf_counter()
+        latent, audio, label = speaker
+        codes = self.m._warmup_codec_codes(label, audio)
+        c = self.cfg
+        inputs = warmup_inputs(codes, c.pad_id, c.eos_id, c.tts.speech_pad_id)
+        state, _ = self.tts.tts_model.warmup(inputs, latent, tts_noise or KeyNoise(self.tts_key))
+        self.clock.add("tts warm-up", t0)
+        return state, mx.array(np.asarray(inputs.code)[-1])
+
+    def execute(self, x: np.ndarray, heard: int, system_prompt: str, speaker, tts_noise) -> Result:
+        c, gen = self.cfg, self.gen
+        prompt_ids = [c.bos_id, *self.m.tokenizer.encode(system_prompt), c.eos_id] if system_prompt else []
+        line, audio, asr = self.perceive(x, heard, prompt_ids)
+        tts_state, prev_code = self.warm_up_tts(speaker, tts_noise)
+        silence = self.tts.codec_silence_tokens.astype(mx.int32)
+
+        total = line.length
+        text = np.full(total, c.pad_id, np.int64)
+        func = np.full(total, c.pad_id, np.int64)
+        codes = np.zeros((total, c.codec.num_quantizers), np.int64)  # frame 0 is never generated (SPEC §1.2 H)
+        lm_state = lm.LMState(self.stt, c)
+        start = 0
+        if line.prompt:  # all prompt positions in one call; their predictions are discarded (SPEC §1.2 E)
+            t0 = time.perf_counter()
+            lm.prefill(self.stt, c, lm_state, mx.array(prompt_ids)[None])
+            mx.eval(lm_state.arrays)
+            self.clock.add("prompt prefill", t0)
+            start = line.prompt
+
+        decoder_from = 0 if gen.reference else max(0, line.prompt - CODEC_CONTEXT_FRAMES)
+        stream = self.tts.audio_codec.stream()
+        pieces = []
+        if decoder_from == 0 and not gen.reference:
+            codes[0] = np.asarray(silence)  # app mode: frame 0 sounds like silence, not like codes 0
+        text_so_far = func_so_far = ""
+        last_text_change = -1
+        t = 0
+        for t in range(total):
+            if t >= start:
+                t0 = time.perf_counter()
+                prev_text = mx.array([int(text[t - 1]) if t else c.pad_id])
+                prev_func = mx.array([int(func[t - 1]) if t else c.pad_id]) if self.stt.function_head is not None else None
+                text_logits, func_logits = lm.step(self.stt, c, lm_state, audio[t][None], prev_text, prev_func)
+                mx.eval(text_logits, lm_state.arrays, *( [func_logits] if func_logits is not None else []))
+                self.text_key, sub = mx.random.split(self.text_key)
+                text[t] = sample_text_token(text_logits[0], text[:t].tolist(), self.specials, gen, sub)
+                if func_logits is not None:
+                    func[t] = int(mx.argmax(func_logits[0]).item())
+                self.clock.add("llm", t0)
+            if t >= 1:
+                t0 = time.perf_counter()
+                if text[t] == c.eos_id and c.tts.force_silence_on_eos:
+                    prev_code = silence
+                frame = self.tts.tts_model.step(tts_state, prev_code, int(text[t]), self.settings.guidance_scale,
+                                                self.settings.top_p, self.settings.top_k, self.settings.noise_scale)
+                mx.eval(frame, tts_state.arrays())
+                codes[t] = np.asarray(frame)
+                prev_code = frame
+                self.clock.add("tts", t0)
+            if t >= decoder_from:
+                t0 = time.perf_counter()
+                pieces.append(stream.push(codes[t:t + 1][None]))
+                self.clock.add("codec", t0)
+            if text[t] not in (c.pad_id,) or func[t] != c.pad_id:
+                last_text_change = t
+            if self.progress is not None:
+                if last_text_change == t:
+                    text_so_far = self.m.tokenizer.decode([i for i in text[line.prompt:t + 1] if i not in self.specials])
+                    func_so_far = self.m.tokenizer.decode([i for i in func[line.prompt:t + 1] if i not in self.specials])
+                elapsed = time.perf_counter() - self.clock.start
+                self.progress(t + 1, total, FrameUpdate("frames", elapsed, (t + 1) / max(elapsed, 1e-9),
+                                                        text_so_far, func_so_far))
+            if not gen.reference and gen.extra_seconds is None and self.answer_finished(text, t, line):
+                break
+        done = t + 1
+        t0 = time.perf_counter()
+        pieces.append(stream.flush())
+        wave = np.concatenate([np.asarray(p)[0] for p in pieces])
+        self.clock.add("codec", t0)
+        return self.result(line, done, text, func, codes, wave[(line.prompt - decoder_from) * c.codec.samples_per_frame
+                                                               if not gen.reference else 0:], asr)
+
+    def answer_finished(self, text: np.ndarray, t: int, line: Timeline) -> bool:
+        """App mode stops once the recording has been heard and the assistant has ended its turn (EOS, then some
+        quiet frames without a new token); the appended silence bounds it otherwise."""
+        c = self.cfg
+        if t < line.prompt + line.input_frames:
+            return False
+        spoken = text[line.prompt:t + 1]
+        eos = np.flatnonzero(spoken == c.eos_id)
+        if eos.size == 0:
+            return False
+        after = spoken[eos[-1] + 1:]
+        return len(after) >= QUIET_FRAMES_AFTER_ANSWER and bool(np.all(after == c.pad_id))
+
+    def transcript(self, line: Timeline, asr: mx.array, done: int) -> str:
+        """SPEC §1.2 J: one encoder frame per timeline position (zeros over the prompt), frames past the valid
+        length skipped, hypothesis carried."""
+        rnnt_cfg = self.cfg.audio.rnnt
+        if rnnt_cfg is None:
+            return ""
+        t0 = time.perf_counter()
+        greedy = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, rnnt_cfg)
+        state = greedy.new_state()
+        for t in range(min(done, line.prompt + line.valid_frames)):
+            greedy.decode_frame(state, asr[t][None])
+        self.clock.add("transcript", t0)
+        return transcript_text(state.tokens, rnnt_cfg.vocabulary)
+
+    def result(self, line: Timeline, done: int, text, func, codes, wave: np.ndarray, asr: mx.array) -> Result:
+        c, gen, tok = self.cfg, self.gen, self.m.tokenizer
+        user = self.transcript(line, asr, done)
+        p, valid = line.prompt, line.valid_frames
+        # NeMo's strings: the text after the prompt, cut to the valid length (SPEC §1.2 I); with turn markers the
+        # untrimmed buffer of width T - P whose extra frame holds id 0
+        kept = list(text[p:min(done, p + valid)])
+        kept_f = list(func[p:min(done, p + valid)])
+        if gen.turn_markers:
+            kept += [0] * (done - p - len(kept))
+            kept_f += [0] * (done - p - len(kept_f))
+        strings = [channel_text(tok, ids, pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id,
+                                frame_length=c.frame_length, turn_markers=gen.turn_markers) for ids in (kept, kept_f)]
+        first = 0 if gen.reference else p
+        timings = dict(self.clock.seconds)
+        timings["total"] = time.perf_counter() - self.clock.start
+        return Result(
+            text=strings[0], function_text=strings[1], user_transcript=user, audio=wave.astype(np.float32),
+            sample_rate=c.codec.sample_rate, text_tokens=text[first:done].copy(), function_tokens=func[first:done].copy(),
+            audio_codes=codes[first:done].copy(), first_frame=first, prompt_frames=p, input_frames=line.input_frames,
+            frame_seconds=c.frame_length, timings=timings,
+            settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt,
+                      "tts_used": asdict(self.settings)},
+        )
+
+
+def load(path_or_repo: Union[str, Path, None] = None, tokenizer: Optional[str] = None, dtype: Optional[mx.Dtype] = None,
+         offline: bool = False, download_progress=None) -> Model:
+    """Load a checkpoint: a local directory or a Hugging Face repo id (default: the mlx-community 4-bit one)."""
+    from .checkpoint import DEFAULT_MODEL
+
+    cfg, tok, net, directory = load_parts(str(path_or_repo or DEFAULT_MODEL), tokenizer, dtype, offline,
+                                          download_progress)
+    return Model(cfg, tok, net, directory)
