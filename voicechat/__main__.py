@@ -22,8 +22,8 @@ class UsageError(Exception):
 class ProgressBar:
     """One stderr line, redrawn per frame: frames done, frames per second and the real-time factor."""
 
-    def __init__(self, stream=sys.stderr, width: int = 30):
-        self.stream, self.width = stream, width
+    def __init__(self, stream=None, width: int = 30):
+        self.stream, self.width = stream or sys.stderr, width
 
     def __call__(self, done: int, total: int, update) -> None:
         filled = self.width * done // max(total, 1)
