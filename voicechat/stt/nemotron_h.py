@@ -1,0 +1,347 @@
+"""Nemotron-H, the LLM of the STT side (``stt_model.llm.*``, SPEC §2.4).
+
+A hybrid stack with one block per pattern letter: ``M`` Mamba-2 mixer, ``*`` attention (GQA, no positional
+encoding), ``-`` squared-ReLU MLP. Every block is ``x + mixer(RMSNorm(x))`` and ``norm_f`` closes the stack, so the
+output is the normalised hidden state both vocabulary heads read.
+
+Modules hold weights only. Per-session state (Mamba conv + SSM state, attention keys/values) lives in an
+:class:`LLMCache`, so several sessions can share one model. A call with L > 1 positions is a prefill (Mamba: the
+chunked state-space-dual scan, carrying the state in and out), L == 1 a recurrent decode step; both compute the same
+recurrence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from .. import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..config import LLMConfig
+
+KV_GROWTH = 256  # positions added to an attention cache's buffers when they fill up
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# per-session state
+# ----------------------------------------------------------------------------------------------------------------
+class MambaCache:
+    """The last ``conv_kernel - 1`` inputs of the depthwise conv [B, K-1, conv_dim] and the SSM state [B, H, P, N]."""
+
+    def __init__(self):
+        self.conv: Optional[mx.array] = None
+        self.ssm: Optional[mx.array] = None
+
+
+class KVCache:
+    """Keys and values [B, kv_heads, T, head_dim] in buffers that grow by ``KV_GROWTH`` positions."""
+
+    def __init__(self):
+        self.keys: Optional[mx.array] = None
+        self.values: Optional[mx.array] = None
+        self.length = 0
+
+    def append(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        # [B, kv, L, D] x2 -> the whole history [B, kv, T, D] x2
+        n = keys.shape[2]
+        if self.keys is None or self.length + n > self.keys.shape[2]:
+            self._grow(keys, values, KV_GROWTH * math.ceil(n / KV_GROWTH))
+        end = self.length + n
+        self.keys[:, :, self.length:end] = keys
+        self.values[:, :, self.length:end] = values
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def _grow(self, keys: mx.array, values: mx.array, extra: int) -> None:
+        b, h, _, d = keys.shape
+        more_k = mx.zeros((b, h, extra, d), keys.dtype)
+        more_v = mx.zeros((b, h, extra, d), values.dtype)
+        if self.keys is None:
+            self.keys, self.values = more_k, more_v
+        else:
+            self.keys = mx.concatenate([self.keys[:, :, : self.length], more_k], axis=2)
+            self.values = mx.concatenate([self.values[:, :, : self.length], more_v], axis=2)
+
+
+class LLMCache:
+    """One session's Nemotron-H state: a :class:`MambaCache` per Mamba layer, a :class:`KVCache` per attention
+    layer, None per MLP layer."""
+
+    def __init__(self, pattern: str):
+        self.layers = [MambaCache() if c == "M" else KVCache() if c == "*" else None for c in pattern]
+
+    @property
+    def state(self) -> list[mx.array]:
+        """The arrays to evaluate together with a call's outputs (so the graph does not grow across calls)."""
+        arrays = []
+        for c in self.layers:
+            if isinstance(c, MambaCache):
+                arrays += [a for a in (c.conv, c.ssm) if a is not None]
+            elif isinstance(c, KVCache) and c.keys is not None:
+                arrays += [c.keys, c.values]
+        return arrays
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# norms
+# ----------------------------------------------------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    """``weight * x / sqrt(mean(x^2) + eps)`` in float32, no +1 offset (SPEC §2.4)."""
+
+    def __init__(self, dims: int, eps: float):
+        super().__init__()
+        self.weight = mx.ones((dims,))
+        self.eps = eps
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.fast.rms_norm(x.astype(mx.float32), self.weight.astype(mx.float32), self.eps).astype(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """Mamba's output norm with norm_before_gate=False: ``y * silu(z)``, RMS-normalised per group of
+    ``dims / groups`` channels, times ``weight`` (SPEC §2.4)."""
+
+    def __init__(self, dims: int, groups: int, eps: float):
+        super().__init__()
+        self.weight = mx.ones((dims,))
+        self.groups = groups
+        self.eps = eps
+
+    def __call__(self, y: mx.array, z: mx.array) -> mx.array:
+        # [B, L, inner] x2 -> [B, L, inner]
+        gated = y.astype(mx.float32) * nn.silu(z.astype(mx.float32))
+        grouped = gated.reshape(*gated.shape[:-1], self.groups, -1)
+        normed = mx.fast.rms_norm(grouped, None, self.eps).reshape(gated.shape)
+        return (self.weight * normed).astype(z.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Mamba-2 math
+# ----------------------------------------------------------------------------------------------------------------
+def step_sizes(dt: mx.array, dt_bias: mx.array, low: float, high: float) -> mx.array:
+    """``clip(softplus(dt + dt_bias), low, high)``: the per-head time step (SPEC §2.4, time_step_limit)."""
+    return mx.clip(nn.softplus(dt + dt_bias), low, None if math.isinf(high) else high)
+
+
+def segment_sum(a: mx.array) -> mx.array:
+    """[..., T] -> [..., T, T]: ``out[i, j] = a[j+1] + ... + a[i]`` for i >= j and -inf above the diagonal, so that
+    ``exp(out)`` is the decay from position j to i. A masked cumulative sum (no difference of two long cumsums)."""
+    t = a.shape[-1]
+    rows = mx.arange(t)[:, None]
+    cols = mx.arange(t)[None, :]
+    terms = mx.where(rows > cols, a[..., :, None], 0.0)  # terms[k, j] = a[k] for k > j
+    return mx.where(rows >= cols, mx.cumsum(terms, axis=-2), -mx.inf)
+
+
+def ssm_step(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, d: mx.array,
+             state: mx.array) -> tuple[mx.array, mx.array]:
+    """One recurrent step: ``h = exp(dt*A) h + dt * x B^T``, ``y = h C + D x``.
+
+    x [Bt, G, r, P, 1] (the r = H/G heads of each group together), dt [Bt, G, r, 1, 1], a / d [G, r, 1, 1],
+    b [Bt, G, 1, 1, N], c [Bt, G, 1, N, 1], state [Bt, G, r, P, N] -> y [Bt, G, r, P, 1], state"""
+    state = mx.exp(dt * a) * state + (dt * x) * b
+    return state @ c + d * x, state
+
+
+def ssd_scan(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, chunk: int,
+             state: mx.array) -> tuple[mx.array, mx.array]:
+    """The recurrence of :func:`ssm_step` (without the D skip) over L positions, in Mamba-2's chunked
+    (state-space-dual) form: within a chunk as a masked matrix product, across chunks by carrying the chunk-end
+    states.
+
+    x [Bt, L, H, P], dt [Bt, L, H], a [H], b/c [Bt, L, G, N], state [Bt, H, P, N] (entering)
+    -> y [Bt, L, H, P], state after the last position."""
+    bt, length, h, p = x.shape
+    g, n = b.shape[2:]
+    r = h // g
+    q = min(chunk, length)
+    nc = -(-length // q)
+    pad = nc * q - length
+    log_decay = dt * a  # [Bt, L, H]
+    xdt = x * dt[..., None]
+    if pad:  # padded steps have zero input and zero log-decay, so they change neither outputs nor the state
+        log_decay, xdt, b, c = (mx.pad(t, [(0, 0), (0, pad)] + [(0, 0)] * (t.ndim - 2)) for t in (log_decay, xdt, b, c))
+
+    log_decay = log_decay.reshape(bt, nc, q, h).transpose(0, 1, 3, 2)  # [Bt, c, H, Q]
+    xdt = xdt.reshape(bt, nc, q, g, r, p).transpose(0, 1, 3, 4, 2, 5)  # [Bt, c, G, r, Q, P]
+    b = b.reshape(bt, nc, q, g, n).transpose(0, 1, 3, 2, 4)  # [Bt, c, G, Q, N]
+    c = c.reshape(bt, nc, q, g, n).transpose(0, 1, 3, 2, 4)
+    cum = mx.cumsum(log_decay, axis=-1)  # [Bt, c, H, Q]
+
+    # within each chunk: y[l] = sum_{s <= l} (C_l . B_s) exp(cum_l - cum_s) xdt_s
+    decay_within = mx.exp(segment_sum(log_decay)).reshape(bt, nc, g, r, q, q)
+    scores = (c @ b.swapaxes(-1, -2))[:, :, :, None]  # [Bt, c, G, 1, Q, Q]
+    y = (scores * decay_within) @ xdt  # [Bt, c, G, r, Q, P]
+
+    # the state each chunk's own inputs leave at its end
+    to_end = mx.exp(cum[..., -1:] - cum).reshape(bt, nc, g, r, q, 1)
+    own = (xdt * to_end).swapaxes(-1, -2) @ b[:, :, :, None]  # [Bt, c, G, r, P, N]
+
+    # states entering each chunk (and the final one): decayed sums of the earlier chunks' states
+    own = own.reshape(bt, nc, h, p * n).transpose(0, 2, 1, 3)  # [Bt, H, c, P*N]
+    states = mx.concatenate([state.reshape(bt, h, 1, p * n), own], axis=2)  # [Bt, H, c+1, P*N]
+    chunk_totals = mx.pad(cum[..., -1].transpose(0, 2, 1), [(0, 0), (0, 0), (1, 0)])  # [Bt, H, c+1]
+    carried = mx.exp(segment_sum(chunk_totals)) @ states  # [Bt, H, c+1, P*N]
+    final = mx.contiguous(carried[:, :, -1]).reshape(bt, h, p, n)  # a view would pin all chunk states
+    entering = carried[:, :, :-1].reshape(bt, g, r, nc, p, n).transpose(0, 3, 1, 2, 5, 4)  # [Bt, c, G, r, N, P]
+
+    # what the entering state adds: exp(cum_l) C_l . h_entering
+    y = y + (c[:, :, :, None] @ entering) * mx.exp(cum).reshape(bt, nc, g, r, q, 1)
+    y = y.transpose(0, 1, 4, 2, 3, 5).reshape(bt, nc * q, h, p)
+    return y[:, :length], final
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# mixers
+# ----------------------------------------------------------------------------------------------------------------
+class CausalDepthwiseConv(nn.Module):
+    """``mixer.conv1d``: one K-tap kernel per channel over [x, B, C]; weight [C, K, 1] (the loader swaps torch's
+    [C, 1, K]). Computed as a weighted sum over an unfolded window: mlx's grouped conv1d is ~10x slower on CPU here."""
+
+    def __init__(self, channels: int, kernel: int, bias: bool):
+        super().__init__()
+        scale = kernel**-0.5
+        self.weight = mx.random.uniform(-scale, scale, (channels, kernel, 1))
+        if bias:
+            self.bias = mx.random.uniform(-scale, scale, (channels,))
+
+    def __call__(self, window: mx.array) -> mx.array:
+        # [B, K-1+L, C] -> [B, L, C]; window[:, l:l+K] feeds output l
+        b, t, c = window.shape
+        k = self.weight.shape[1]
+        taps = mx.as_strided(window, (b, t - k + 1, c, k), (t * c, c, 1, c))  # taps[b, l, c, i] = window[b, l+i, c]
+        out = (taps * self.weight.reshape(c, k)).sum(-1)
+        return out + self.bias if "bias" in self else out
+
+
+class Mamba2Mixer(nn.Module):
+    """``layers.N.mixer`` for pattern letter M (SPEC §2.4)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.heads, self.head_dim = cfg.mamba_num_heads, cfg.mamba_head_dim
+        self.groups, self.state_size = cfg.n_groups, cfg.ssm_state_size
+        self.inner, self.conv_dim = cfg.mamba_inner, cfg.conv_dim
+        self.chunk_size = cfg.chunk_size
+        self.dt_low, self.dt_high = cfg.time_step_limit
+        self.in_proj = nn.Linear(cfg.hidden_size, self.inner + self.conv_dim + self.heads, bias=cfg.mamba_proj_bias)
+        self.conv1d = CausalDepthwiseConv(self.conv_dim, cfg.conv_kernel, cfg.use_conv_bias)
+        self.dt_bias = mx.zeros((self.heads,))
+        self.A_log = mx.zeros((self.heads,))
+        self.D = mx.ones((self.heads,))
+        self.norm = GatedRMSNorm(self.inner, self.groups, cfg.layer_norm_epsilon)
+        self.out_proj = nn.Linear(self.inner, cfg.hidden_size, bias=cfg.mamba_proj_bias)
+
+    def __call__(self, x: mx.array, cache: MambaCache) -> mx.array:
+        # [B, L, hidden] -> [B, L, hidden]
+        bt, length, _ = x.shape
+        h, p, g, n = self.heads, self.head_dim, self.groups, self.state_size
+        z, xbc, dt = mx.split(self.in_proj(x), [self.inner, self.inner + self.conv_dim], axis=-1)
+        xbc = nn.silu(self._causal_conv(xbc, cache)).astype(mx.float32)
+        xs, b, c = mx.split(xbc, [self.inner, self.inner + g * n], axis=-1)
+        dt = step_sizes(dt.astype(mx.float32), self.dt_bias, self.dt_low, self.dt_high)  # [B, L, H]
+        a = -mx.exp(self.A_log)
+        state = cache.ssm
+        if state is None:
+            state = mx.zeros((bt, h, p, n), mx.float32)
+        if length == 1:  # decode: one position, heads grouped with the B / C they share
+            r = h // g
+            y, state = ssm_step(xs.reshape(bt, g, r, p, 1), dt.reshape(bt, g, r, 1, 1), a.reshape(g, r, 1, 1),
+                                b.reshape(bt, g, 1, 1, n), c.reshape(bt, g, 1, n, 1), self.D.reshape(g, r, 1, 1),
+                                state.reshape(bt, g, r, p, n))
+            cache.ssm = state.reshape(bt, h, p, n)
+        else:
+            xs = xs.reshape(bt, length, h, p)
+            y, cache.ssm = ssd_scan(xs, dt, a, b.reshape(bt, length, g, n), c.reshape(bt, length, g, n),
+                                    self.chunk_size, state)
+            y = y + xs * self.D[:, None]
+        return self.out_proj(self.norm(y.reshape(bt, length, self.inner), z))
+
+    def _causal_conv(self, xbc: mx.array, cache: MambaCache) -> mx.array:
+        # [B, L, conv_dim] -> [B, L, conv_dim]: the kernel also sees the K-1 inputs before this call (zeros at start)
+        k = self.conv1d.weight.shape[1]
+        past = cache.conv
+        if past is None:
+            past = mx.zeros((xbc.shape[0], k - 1, self.conv_dim), xbc.dtype)
+        window = mx.concatenate([past, xbc], axis=1)
+        tail = window[:, -(k - 1):]
+        cache.conv = tail if xbc.shape[1] == 1 else mx.contiguous(tail)  # a view would pin a prefill's whole window
+        return self.conv1d(window)
+
+
+class Attention(nn.Module):
+    """``layers.N.mixer`` for pattern letter *: causal GQA, no positional encoding, scale head_dim^-0.5."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = cfg.head_dim**-0.5
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+
+    def __call__(self, x: mx.array, cache: KVCache) -> mx.array:
+        # [B, L, hidden] -> [B, L, hidden]
+        bt, length, _ = x.shape
+        q = self.q_proj(x).reshape(bt, length, self.heads, self.head_dim).transpose(0, 2, 1, 3)
+        k = self.k_proj(x).reshape(bt, length, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        v = self.v_proj(x).reshape(bt, length, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        k, v = cache.append(k, v)
+        # "causal" aligns the L queries with the last L keys, i.e. after the cached history
+        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask="causal" if length > 1 else None)
+        return self.o_proj(o.transpose(0, 2, 1, 3).reshape(bt, length, -1))
+
+
+class MLP(nn.Module):
+    """``layers.N.mixer`` for pattern letter -: ``down(relu(up(x))^2)``."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def __call__(self, x: mx.array, cache: None = None) -> mx.array:
+        return self.down_proj(mx.square(nn.relu(self.up_proj(x))))
+
+
+MIXERS = {"M": Mamba2Mixer, "*": Attention, "-": MLP}
+
+
+class Block(nn.Module):
+    """``layers.N``: ``x + mixer(norm(x))``."""
+
+    def __init__(self, cfg: LLMConfig, letter: str):
+        super().__init__()
+        self.norm = RMSNorm(cfg.hidden_size, cfg.layer_norm_epsilon)
+        self.mixer = MIXERS[letter](cfg)
+
+    def __call__(self, x: mx.array, cache) -> mx.array:
+        return x + self.mixer(self.norm(x), cache)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the stack
+# ----------------------------------------------------------------------------------------------------------------
+class NemotronH(nn.Module):
+    """``stt_model.llm``: the blocks of ``cfg.pattern`` and ``norm_f`` (the token embedding lives outside, in
+    ``stt_model.embed_tokens``)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.pattern = cfg.pattern
+        self.layers = [Block(cfg, letter) for letter in cfg.pattern]
+        self.norm_f = RMSNorm(cfg.hidden_size, cfg.layer_norm_epsilon)
+
+    def make_cache(self) -> LLMCache:
+        return LLMCache(self.pattern)
+
+    def __call__(self, x: mx.array, cache: Optional[LLMCache] = None) -> mx.array:
+        # [B, L, hidden] -> [B, L, hidden] (after norm_f); cache None: a stand-alone pass from the empty state
+        cache = cache if cache is not None else self.make_cache()
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            x = layer(x, layer_cache)
+        return self.norm_f(x)
