@@ -104,21 +104,24 @@ class Timeline:
 
 
 class Clock:
-    """Wall time per stage. With ``sync`` every stage boundary evaluates its arrays first (honest split, slower)."""
+    """Wall time per stage, per call. With ``sync`` every stage boundary evaluates its arrays first (an honest
+    split, slower)."""
 
     def __init__(self, sync: bool = False):
         self.sync = sync
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
+        self.calls: dict[str, list[float]] = {}
         self.start = time.perf_counter()
 
     def add(self, stage: str, t0: float, *arrays) -> float:
         if self.sync and arrays:
             mx.eval(*arrays)
         t1 = time.perf_counter()
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + t1 - t0
-        self.calls[stage] = self.calls.get(stage, 0) + 1
+        self.calls.setdefault(stage, []).append(t1 - t0)
         return t1
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {stage: sum(times) for stage, times in self.calls.items()}
 
 
 class Model:
@@ -356,7 +359,7 @@ class Run:
             text=strings[0], function_text=strings[1], user_transcript=user, audio=wave.astype(np.float32),
             sample_rate=c.codec.sample_rate, text_tokens=text[first:done].copy(), function_tokens=func[first:done].copy(),
             audio_codes=codes[first:done].copy(), first_frame=first, prompt_frames=p, input_frames=line.input_frames,
-            frame_seconds=c.frame_length, timings=timings,
+            frame_seconds=c.frame_length, timings=timings, stage_calls={k: list(v) for k, v in self.clock.calls.items()},
             settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt,
                       "tts_used": asdict(self.settings)},
         )

@@ -33,6 +33,7 @@ class Result:
     input_frames: int  # timeline positions that carry the user's recording (the rest is appended silence)
     frame_seconds: float  # 0.08
     timings: dict = field(default_factory=dict)  # stage -> seconds
+    stage_calls: dict = field(default_factory=dict)  # stage -> seconds of each call (per frame for llm/tts/codec)
     settings: dict = field(default_factory=dict)  # the resolved generation settings
 
     @property
