@@ -146,7 +146,7 @@ def test_several_sessions_share_one_model():
     a, b = lm.LMState(stt, cfg), lm.LMState(stt, cfg)
     lm.prefill(stt, cfg, a, prompt)
     lm.prefill(stt, cfg, b, prompt[:, ::-1])  # another session with other contents, interleaved below
-    got_a, got_b = [], []
+    got_a = []
     pa = pb = mx.array([cfg.pad_id])
     for t in range(audio.shape[1]):
         la, _ = lm.step(stt, cfg, a, audio[:, t], pa)

@@ -13,7 +13,7 @@ offline semantics (fixed length, prompt frames and the all-zero frame 0 kept in 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -22,10 +22,10 @@ import numpy as np
 from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
-from .audio import DEFAULT_MAX_SECONDS, prepare_input, read_audio, resample
+from .audio import prepare_input, read_audio, resample
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
-from .model import VoiceChatModel, load_parts, prompt_frames, speaker_reference_path
+from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .stt import lm
 from .stt.rnnt import RNNTGreedy, transcript_text
@@ -103,9 +103,24 @@ class Timeline:
         return self.prompt + self.encoder_frames
 
 
+@dataclass
+class FrameWork:
+    """The TTS and codec work of one position, issued lazily and evaluated with the next LLM position."""
+
+    t: int
+    codes: Optional[mx.array] = None  # [Q] the position's codes (none at t = 0)
+    piece: Optional[mx.array] = None  # [1, n] newly finished samples (none before the decoder starts)
+    state: list = field(default_factory=list)  # TTS caches, codec stream state
+
+    @property
+    def arrays(self) -> list[mx.array]:
+        return [a for a in (self.codes, self.piece) if a is not None] + self.state
+
+
 class Clock:
-    """Wall time per stage, per call. With ``sync`` every stage boundary evaluates its arrays first (an honest
-    split, slower)."""
+    """Wall time per stage, per call. ``add`` always records; ``stage`` records only when profiling (``sync``):
+    it then evaluates the stage's arrays first, an honest split at the price of a host sync per stage. Unprofiled,
+    a frame's networks run in one evaluation and only the frame's total ("frame") is known."""
 
     def __init__(self, sync: bool = False):
         self.sync = sync
@@ -113,11 +128,14 @@ class Clock:
         self.start = time.perf_counter()
 
     def add(self, stage: str, t0: float, *arrays) -> float:
-        if self.sync and arrays:
+        if arrays:
             mx.eval(*arrays)
         t1 = time.perf_counter()
         self.calls.setdefault(stage, []).append(t1 - t0)
         return t1
+
+    def stage(self, stage: str, t0: float, *arrays) -> float:
+        return self.add(stage, t0, *arrays) if self.sync else t0
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -243,74 +261,106 @@ class Run:
         c, gen = self.cfg, self.gen
         prompt_ids = [c.bos_id, *self.m.tokenizer.encode(system_prompt), c.eos_id] if system_prompt else []
         line, audio, asr = self.perceive(x, heard, prompt_ids)
-        tts_state, prev_code = self.warm_up_tts(speaker, tts_noise)
-        silence = self.tts.codec_silence_tokens.astype(mx.int32)
-
+        self.tts_state, self.prev_code = self.warm_up_tts(speaker, tts_noise)
+        self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
         total = line.length
-        text = np.full(total, c.pad_id, np.int64)
-        func = np.full(total, c.pad_id, np.int64)
-        codes = np.zeros((total, c.codec.num_quantizers), np.int64)  # frame 0 is never generated (SPEC §1.2 H)
-        lm_state = lm.LMState(self.stt, c)
-        start = 0
+        self.text = np.full(total, c.pad_id, np.int64)
+        self.func = np.full(total, c.pad_id, np.int64)
+        self.codes = np.zeros((total, c.codec.num_quantizers), np.int64)  # frame 0 is never generated (SPEC §1.2 H)
+        self.lm_state = lm.LMState(self.stt, c)
         if line.prompt:  # all prompt positions in one call; their predictions are discarded (SPEC §1.2 E)
             t0 = time.perf_counter()
-            lm.prefill(self.stt, c, lm_state, mx.array(prompt_ids)[None])
-            mx.eval(lm_state.arrays)
-            self.clock.add("prompt prefill", t0)
-            start = line.prompt
+            lm.prefill(self.stt, c, self.lm_state, mx.array(prompt_ids)[None])
+            self.clock.add("prompt prefill", t0, self.lm_state.arrays)
+        # app mode decodes from a few frames before the answer (left context of the causal decoder) and gives frame
+        # 0 the silence codes; the reference decodes every frame, frame 0's zero codes included
+        self.decoder_from = 0 if gen.reference else max(0, line.prompt - CODEC_CONTEXT_FRAMES)
+        if not gen.reference:
+            self.codes[0] = np.asarray(self.silence)
+        self.stream = self.tts.audio_codec.stream()
+        self.pieces = []
+        self.shown = ("", "")
 
-        decoder_from = 0 if gen.reference else max(0, line.prompt - CODEC_CONTEXT_FRAMES)
-        stream = self.tts.audio_codec.stream()
-        pieces = []
-        if decoder_from == 0 and not gen.reference:
-            codes[0] = np.asarray(silence)  # app mode: frame 0 sounds like silence, not like codes 0
-        text_so_far = func_so_far = ""
-        last_text_change = -1
-        t = 0
+        # One evaluation per frame: the LLM's position t together with the TTS and codec work of position t - 1
+        # (which needed text[t - 1] on the host first).
+        pending, t = None, 0
         for t in range(total):
-            if t >= start:
-                t0 = time.perf_counter()
-                prev_text = mx.array([int(text[t - 1]) if t else c.pad_id])
-                prev_func = mx.array([int(func[t - 1]) if t else c.pad_id]) if self.stt.function_head is not None else None
-                text_logits, func_logits = lm.step(self.stt, c, lm_state, audio[t][None], prev_text, prev_func)
-                mx.eval(text_logits, lm_state.arrays, *( [func_logits] if func_logits is not None else []))
-                self.text_key, sub = mx.random.split(self.text_key)
-                text[t] = sample_text_token(text_logits[0], text[:t].tolist(), self.specials, gen, sub)
-                if func_logits is not None:
-                    func[t] = int(mx.argmax(func_logits[0]).item())
-                self.clock.add("llm", t0)
-            if t >= 1:
-                t0 = time.perf_counter()
-                if text[t] == c.eos_id and c.tts.force_silence_on_eos:
-                    prev_code = silence
-                frame = self.tts.tts_model.step(tts_state, prev_code, int(text[t]), self.settings.guidance_scale,
-                                                self.settings.top_p, self.settings.top_k, self.settings.noise_scale)
-                mx.eval(frame, tts_state.arrays())
-                codes[t] = np.asarray(frame)
-                prev_code = frame
-                self.clock.add("tts", t0)
-            if t >= decoder_from:
-                t0 = time.perf_counter()
-                pieces.append(stream.push(codes[t:t + 1][None]))
-                self.clock.add("codec", t0)
-            if text[t] not in (c.pad_id,) or func[t] != c.pad_id:
-                last_text_change = t
-            if self.progress is not None:
-                if last_text_change == t:
-                    text_so_far = self.m.tokenizer.decode([i for i in text[line.prompt:t + 1] if i not in self.specials])
-                    func_so_far = self.m.tokenizer.decode([i for i in func[line.prompt:t + 1] if i not in self.specials])
-                elapsed = time.perf_counter() - self.clock.start
-                self.progress(t + 1, total, FrameUpdate("frames", elapsed, (t + 1) / max(elapsed, 1e-9),
-                                                        text_so_far, func_so_far))
-            if not gen.reference and gen.extra_seconds is None and self.answer_finished(text, t, line):
+            t0 = time.perf_counter()
+            logits = self.llm_step(t, audio) if t >= line.prompt else ()
+            mx.eval(*logits, *(pending.arrays if pending else ()))
+            if logits:
+                self.read_tokens(t, *logits)
+            if pending:
+                self.finish_frame(pending, total, line)
+            self.clock.add("frame", t0)
+            pending = self.speak(t)
+            if not gen.reference and gen.extra_seconds is None and self.answer_finished(self.text, t, line):
                 break
+        if pending:
+            mx.eval(*pending.arrays)
+            self.finish_frame(pending, total, line)
         done = t + 1
         t0 = time.perf_counter()
-        pieces.append(stream.flush())
-        wave = np.concatenate([np.asarray(p)[0] for p in pieces])
-        self.clock.add("codec", t0)
-        return self.result(line, done, text, func, codes, wave[(line.prompt - decoder_from) * c.codec.samples_per_frame
-                                                               if not gen.reference else 0:], asr)
+        self.pieces.append(self.stream.flush())
+        wave = np.concatenate([np.asarray(p)[0] for p in self.pieces])
+        self.clock.add("codec flush", t0)
+        cut = 0 if gen.reference else (line.prompt - self.decoder_from) * c.codec.samples_per_frame
+        return self.result(line, done, wave[cut:], asr)
+
+    def llm_step(self, t: int, audio: mx.array) -> tuple:
+        """Position t (lazy): fused input from text[t-1] / function[t-1] (pad at t = 0) -> (text, function) logits."""
+        c = self.cfg
+        t0 = time.perf_counter()
+        prev_text = mx.array([int(self.text[t - 1]) if t else c.pad_id])
+        prev_func = mx.array([int(self.func[t - 1]) if t else c.pad_id]) if self.stt.function_head is not None else None
+        text, func = lm.step(self.stt, c, self.lm_state, audio[t][None], prev_text, prev_func)
+        out = (text, *self.lm_state.arrays) if func is None else (text, func, *self.lm_state.arrays)
+        self.clock.stage("llm", t0, *out)
+        return out
+
+    def read_tokens(self, t: int, text_logits: mx.array, *rest) -> None:
+        """text[t] sampled (greedy by default), function[t] greedy (SPEC §1.2 F)."""
+        self.text_key, sub = mx.random.split(self.text_key)
+        self.text[t] = sample_text_token(text_logits[0], self.text[:t].tolist(), self.specials, self.gen, sub)
+        if self.stt.function_head is not None:
+            self.func[t] = int(mx.argmax(rest[0][0]).item())
+
+    def speak(self, t: int) -> Optional[FrameWork]:
+        """The TTS step of position t (none at t = 0) and the codec's new samples, lazy; None if there is no work."""
+        c, s = self.cfg, self.settings
+        work = FrameWork(t)
+        if t >= 1:
+            t0 = time.perf_counter()
+            if self.text[t] == c.eos_id and c.tts.force_silence_on_eos:  # SPEC §1.2 H
+                self.prev_code = self.silence
+            self.prev_code = work.codes = self.tts.tts_model.step(
+                self.tts_state, self.prev_code, int(self.text[t]), s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
+            work.state += self.tts_state.arrays()
+            self.clock.stage("tts", t0, *work.arrays)
+        if t >= self.decoder_from:
+            t0 = time.perf_counter()
+            codes = work.codes if work.codes is not None else mx.array(self.codes[0], dtype=mx.int32)
+            work.piece = self.stream.append(codes.reshape(1, 1, -1))
+            work.state += self.stream.arrays
+            self.clock.stage("codec", t0, work.piece, *self.stream.arrays)
+        return work if work.arrays else None
+
+    def finish_frame(self, work: FrameWork, total: int, line: Timeline) -> None:
+        """Host side of an evaluated frame: its codes and samples; progress."""
+        if work.codes is not None:
+            self.codes[work.t] = np.asarray(work.codes)
+        if work.piece is not None:
+            self.pieces.append(np.asarray(work.piece))
+        if self.progress is not None:
+            self.report(work.t, total, line)
+
+    def report(self, t: int, total: int, line: Timeline) -> None:
+        """progress(done, total, update); the texts are decoded again only when a channel said something new."""
+        ids = [self.text[line.prompt:t + 1], self.func[line.prompt:t + 1]]
+        if t >= line.prompt and (self.text[t] != self.cfg.pad_id or self.func[t] != self.cfg.pad_id):
+            self.shown = tuple(self.m.tokenizer.decode([i for i in x if i not in self.specials]) for x in ids)
+        elapsed = time.perf_counter() - self.clock.start
+        self.progress(t + 1, total, FrameUpdate("frames", elapsed, (t + 1) / max(elapsed, 1e-9), *self.shown))
 
     def answer_finished(self, text: np.ndarray, t: int, line: Timeline) -> bool:
         """App mode stops once the recording has been heard and the assistant has ended its turn (EOS, then some
@@ -339,8 +389,9 @@ class Run:
         self.clock.add("transcript", t0)
         return transcript_text(state.tokens, rnnt_cfg.vocabulary)
 
-    def result(self, line: Timeline, done: int, text, func, codes, wave: np.ndarray, asr: mx.array) -> Result:
+    def result(self, line: Timeline, done: int, wave: np.ndarray, asr: mx.array) -> Result:
         c, gen, tok = self.cfg, self.gen, self.m.tokenizer
+        text, func, codes = self.text, self.func, self.codes
         user = self.transcript(line, asr, done)
         p, valid = line.prompt, line.valid_frames
         # NeMo's strings: the text after the prompt, cut to the valid length (SPEC §1.2 I); with turn markers the

@@ -390,12 +390,19 @@ class StreamingDecoder:
 
     def push(self, codes):
         """codes [B, k, Q] (k >= 0 new frames) -> the newly finished samples [B, k * 1764] (6 fewer on the first)."""
-        if self.closed:
-            raise ValueError("this codec stream was flushed; start a new one with codec.stream()")
         arr, self.as_numpy = _to_mx(codes)
         self._check_codes(arr)
+        out = self.append(arr)
+        mx.eval(out, self.arrays)
+        return _like(out, self.as_numpy)
+
+    def append(self, arr: mx.array) -> mx.array:
+        """``push`` for codes known to be valid, without evaluating: the caller evaluates the returned samples
+        together with ``arrays`` (the streaming loop does, once per frame)."""
+        if self.closed:
+            raise ValueError("this codec stream was flushed; start a new one with codec.stream()")
         if arr.shape[1] == 0:
-            return _like(mx.zeros((arr.shape[0], 0)), self.as_numpy)
+            return mx.zeros((arr.shape[0], 0))
         z = self.codec.prvq.decode(arr)
         heads = []
         for i in range(z.shape[1]):
@@ -411,9 +418,12 @@ class StreamingDecoder:
         self.pending = mx.contiguous(signal[:, done:])
         self.pending_envelope = mx.contiguous(envelope[:, done:])
         self.frames += arr.shape[1]
-        out = self._emit(signal[:, :done], envelope[:, :done])
-        mx.eval(out, self.pending, self.pending_envelope, self.histories)
-        return _like(out, self.as_numpy)
+        return self._emit(signal[:, :done], envelope[:, :done])
+
+    @property
+    def arrays(self) -> list[mx.array]:
+        """The stream's state, to evaluate with the samples ``append`` returns."""
+        return [self.pending, self.pending_envelope, *self.histories]
 
     def flush(self):
         """The last (n_fft - hop)/2 samples of the sequence, [B, 6] (nothing if no frame was pushed); closes it."""

@@ -8,6 +8,7 @@ schedule (SPEC §2.5.8). The loop (not this module) decides which subword and wh
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -137,6 +138,24 @@ class _SquaredNorms:
         return self.value
 
 
+class ConditioningCache:
+    """Per-id conditioning of one step (a function of the subword id and the weights alone), least recently used
+    out first: the char encoder then runs only for ids not seen lately."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self.items: OrderedDict[int, mx.array] = OrderedDict()
+
+    def get(self, key: int, make) -> mx.array:
+        value = self.items.pop(key, None)
+        if value is None:
+            value = make()
+        self.items[key] = value
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return value
+
+
 @dataclass
 class TTSState:
     """One session's TTS state: the backbone caches of both CFG rows (positions continue across steps) and its
@@ -175,6 +194,7 @@ class RVQEARTTSModel(nn.Module):
         self.mog_head = MoGHead(cfg.mog, h, latent)
         self.rvq_embs = mx.zeros((cfg.num_quantizers, cfg.codebook_size, latent))
         self._codebook_norms = _SquaredNorms()
+        self._step_conditions = ConditioningCache()
 
     # -- text side ---------------------------------------------------------------------------------------------
     def set_text_vocab(self, vocab: dict[str, int], bos_id: Optional[int], eos_id: Optional[int],
@@ -185,6 +205,7 @@ class RVQEARTTSModel(nn.Module):
         if fill_flag_tables and len(vocab) != size:
             raise ConfigError(f"the text tokenizer has {len(vocab)} tokens, the TTS flag tables {size}")
         self.embed_subword.char_table = CharTable.from_vocab(vocab)
+        self._step_conditions = ConditioningCache()
         if fill_flag_tables:
             tables = flag_tables(vocab, bos_id, eos_id)
             self.embed_subword.update({k: v for k, v in tables.items() if k in self.embed_subword})
@@ -245,7 +266,8 @@ class RVQEARTTSModel(nn.Module):
         """SPEC §2.5.6: backbone output [2, 1, H] for one frame from the previous codes [Q] and the current subword."""
         code = prev_code if isinstance(prev_code, mx.array) else mx.array(np.asarray(prev_code, dtype=np.int32))
         code_embeds = self.embed_code(depthsum(self.rvq_embs, code.reshape(1, 1, -1)))
-        cond = self.conditioning(np.array([[subword_id]]), np.ones((1, 1), dtype=bool))
+        cond = self._step_conditions.get(
+            int(subword_id), lambda: self.conditioning(np.array([[subword_id]]), np.ones((1, 1), dtype=bool)))
         return self.backbone(self.fuse(code_embeds, cond), state.caches)
 
     def generate_codes(self, hidden: mx.array, noise: NoiseSource, guidance_scale: Optional[float] = None,
