@@ -12,6 +12,7 @@ offline semantics (fixed length, prompt frames and the all-zero frame 0 kept in 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -156,8 +157,8 @@ class Model:
     def speakers(self) -> list[str]:
         return list(self.net.tts_model.audio_prompt_latents)
 
-    def _speaker(self, speaker) -> tuple[Optional[mx.array], Optional[np.ndarray], str]:
-        """(cached latent or None, speaker waveform at the codec rate or None, label). None = the checkpoint's
+    def _speaker(self, speaker) -> tuple[Optional[mx.array], Optional[np.ndarray]]:
+        """(cached latent or None, speaker waveform at the codec rate or None). None = the checkpoint's
         default: its ``inference_speaker_name`` latent, else the WAV its config names, else its only latent."""
         latents = self.net.tts_model.audio_prompt_latents
         if speaker is None:
@@ -170,29 +171,27 @@ class Model:
             else:
                 raise ConfigError("the checkpoint names no default speaker; pass speaker=<latent name or WAV path>")
         if isinstance(speaker, str) and speaker in latents:
-            return latents[speaker], None, speaker
+            return latents[speaker], None
         if isinstance(speaker, tuple):
             samples, rate = speaker
-            return None, resample(np.asarray(samples, dtype=np.float32), int(rate), self.config.codec.sample_rate), "audio"
+            return None, resample(np.asarray(samples, dtype=np.float32), int(rate), self.config.codec.sample_rate)
         path = Path(speaker)
         if not path.is_file():
             raise AudioInputError(f"speaker {speaker!r} is neither a speaker of this checkpoint "
                                   f"({', '.join(latents) or 'none'}) nor an audio file")
         x, rate = read_audio(path)
-        return None, resample(x, rate, self.config.codec.sample_rate), path.name
+        return None, resample(x, rate, self.config.codec.sample_rate)
 
-    def _warmup_codec_codes(self, label: str, audio: Optional[np.ndarray]) -> np.ndarray:
-        """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (SPEC §2.5.9); for a
-        cached latent the prompt is silence, so its codes are computed once per model."""
+    def _warmup_codec_codes(self, audio: Optional[np.ndarray]) -> np.ndarray:
+        """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (SPEC §2.5.9); the
+        prompt is silence for a cached latent. They depend on the speaker audio alone: computed once per model."""
         cfg = self.config
-        if audio is None and label in self._warmup_codes:
-            return self._warmup_codes[label]
-        n = prompt_samples(cfg.tts.audio_prompt_duration, cfg.codec.sample_rate, cfg.codec.samples_per_frame)
-        wave = warmup_waveform(audio, n, cfg.codec.samples_per_frame)
-        codes = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
-        if audio is None:
-            self._warmup_codes[label] = codes
-        return codes
+        key = None if audio is None else hashlib.sha1(np.ascontiguousarray(audio, np.float32).tobytes()).hexdigest()
+        if key not in self._warmup_codes:
+            n = prompt_samples(cfg.tts.audio_prompt_duration, cfg.codec.sample_rate, cfg.codec.samples_per_frame)
+            wave = warmup_waveform(audio, n, cfg.codec.samples_per_frame)
+            self._warmup_codes[key] = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
+        return self._warmup_codes[key]
 
     # -- the public call ---------------------------------------------------------------------------------------
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
@@ -249,8 +248,8 @@ class Run:
 
     def warm_up_tts(self, speaker, tts_noise):
         t0 = time.perf_counter()
-        latent, audio, label = speaker
-        codes = self.m._warmup_codec_codes(label, audio)
+        latent, audio = speaker
+        codes = self.m._warmup_codec_codes(audio)
         c = self.cfg
         inputs = warmup_inputs(codes, c.pad_id, c.eos_id, c.tts.speech_pad_id)
         state, _ = self.tts.tts_model.warmup(inputs, latent, tts_noise or KeyNoise(self.tts_key))

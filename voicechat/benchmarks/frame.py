@@ -67,8 +67,7 @@ def frame_ops(model) -> dict:
     text, func = lm.step(net.stt_model, c, state, audio, prev, prev if net.stt_model.function_head is not None else None)
     llm_ops = count_ops(text, *([func] if func is not None else []), *state.arrays)
     mx.eval(text, state.arrays)
-    label = c.speaker_name or "bench"
-    codes = model._warmup_codec_codes(label, None)
+    codes = model._warmup_codec_codes(None)
     tts_state, _ = net.tts_model.tts_model.warmup(warmup_inputs(codes, c.pad_id, c.eos_id, c.tts.speech_pad_id),
                                                   net.tts_model.audio_prompt_latents.get(c.speaker_name), KeyNoise(0))
     s = tts_settings(c, GenerationConfig())
