@@ -1,0 +1,351 @@
+"""The Gradio app: its formatting (timeline, envelopes, config), then the running app through gradio_client
+(run an example, queue positions, cancel, bad files, served paths), and `python app.py --demo` end to end.
+
+The in-process app runs on `ScriptedModel` (tests/test_engine.py), a stand-in that follows voicechat's model
+contract; the --demo test runs the real engine on a tiny random-weight checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import app  # noqa: E402
+from gradio_client import Client, handle_file  # noqa: E402
+from test_engine import ScriptedModel, loader_for  # noqa: E402
+from voicechat import engine as eng  # noqa: E402
+from voicechat.result import Result  # noqa: E402
+
+EXAMPLE = app.ASSETS / "capital_16k_mono.wav"
+EXAMPLE_FRAMES = math.ceil(sf.info(str(EXAMPLE)).duration / 0.08)  # 80 ms frames of the recording (47)
+STEREO_EXAMPLE = app.ASSETS / "tea_44k_stereo.wav"
+ADVANCED_DEFAULTS = dict(extra_seconds=0, max_extra_seconds=10, temperature=0.0, top_p=1.0, repetition_penalty=1.0,
+                         tts_override=False, tts_guidance=0.2, tts_top_p=0.95, tts_noise=0.001, turn_markers=False,
+                         reference=False)
+OUT = {name: i for i, name in enumerate(app.App.OUTPUTS)}  # output name -> index in the handler's tuple
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def text_of(status_html: str) -> str:
+    return re.sub(r"<[^>]+>", " ", status_html)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# formatting, without a server
+# ---------------------------------------------------------------------------------------------------------------
+def test_envelope_is_the_peak_of_each_bin():
+    x = np.array([0.1, -0.5, 0.2, 0.3, -0.9, 0.0, 0.4], np.float32)  # rate 25, 80 ms frame = 2 samples per bin
+    assert app.envelope(x, 25, 0.08, 1).tolist() == pytest.approx([0.5, 0.3, 0.9, 0.4])
+    assert app.envelope(np.zeros(0, np.float32), 16000, 0.08, 4).size == 0
+
+
+def test_envelope_of_a_fractional_hop_stays_on_the_frame_grid():
+    rate = 11025  # 882 samples per 80 ms frame, 220.5 per quarter frame
+    x = np.zeros(rate * 8, np.float32)
+    x[round(73 * 0.08 * rate)] = 1.0  # an impulse at frame 73
+    env = app.envelope(x, rate, 0.08, 4)
+    assert np.flatnonzero(env).tolist() == [73 * 4] and env.size == 8 / 0.08 * 4
+
+
+def scripted_answer(first_frame=5, prompt_frames=5, input_frames=10, frames=30) -> eng.Answer:
+    """A hand-made answer: two words at frames 20 and 23, a function token at 22, a turn from 19 to 25."""
+    text = np.full(frames, 12)
+    result = Result(text="Hi you", function_text="f", user_transcript="hello", audio=np.zeros(frames * 1764,
+                    np.float32), sample_rate=22050, text_tokens=text, function_tokens=text, audio_codes=np.zeros(
+                    (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=input_frames,
+                    frame_seconds=0.08, timings={"frames": 1.5, "codec": 0.5, "total": 2.0})
+    return eng.Answer(result, text_pieces=(eng.Piece(20, 101, "Hi", "Hi"), eng.Piece(23, 102, " you", "Ġyou")),
+                      function_pieces=(eng.Piece(22, 7, "", "<tool & call>"),), turn_starts=(19,), turn_ends=(25,),
+                      wall_seconds=2.4)
+
+
+def svg_text_x(svg: str, label: str) -> float:
+    match = re.search(r'<text x="([\d.]+)"[^>]*>' + re.escape(label) + "<title>", svg)
+    assert match, f"no text element for {label!r}"
+    return float(match.group(1))
+
+
+def test_timeline_places_words_and_function_tokens_at_their_frames():
+    answer = scripted_answer()
+    svg = app.timeline_html(answer, np.zeros(16000, np.float32), 16000)
+    span = app.TimelineSpan(start=5, end=35, recording_start=5, frame_seconds=0.08)
+    assert svg_text_x(svg, "Hi") == pytest.approx(app.LABEL_W + 15 * span.px_per_frame, abs=0.06)
+    assert svg_text_x(svg, "you") == pytest.approx(app.LABEL_W + 18 * span.px_per_frame, abs=0.06)
+    assert svg_text_x(svg, "&lt;tool &amp; call&gt;") == pytest.approx(app.LABEL_W + 17 * span.px_per_frame,
+                                                                       abs=0.06)  # special token: its name, escaped
+    assert "1.20 s · frame 20 · id 101" in svg  # (20 - 5) * 80 ms after the recording starts
+    assert "turn starts at 1.12 s (frame 19)" in svg and "turn ends at 1.60 s (frame 25)" in svg
+    assert "silence after your recording" in svg and "system prompt" not in svg
+
+
+def test_timeline_shows_the_system_prompt_frames_in_reference_mode():
+    svg = app.timeline_html(scripted_answer(first_frame=0), np.zeros(1600, np.float32), 16000)
+    assert "system prompt" in svg
+    assert ">0 s<" in svg and ">-0 s<" not in svg  # seconds count from the start of the recording
+
+
+def test_timings_and_downloads(tmp_path):
+    answer = scripted_answer()
+    table = app.timings_markdown(answer, load_seconds=12.0)
+    assert "| frames | 1.50 | 75% |" in table and "30 timeline frames of 80 ms (2.40 s): RTF 1.00" in table
+    wav, js = app.save_outputs(answer, tmp_path, {"seed": 4})
+    info = sf.info(str(wav))
+    assert (info.samplerate, info.subtype, info.frames) == (22050, "PCM_16", 30 * 1764)
+    record = json.loads(js.read_text())
+    assert record["seed"] == 4 and record["text_pieces"] == [[20, 101, "Hi"], [23, 102, " you"]]
+    assert len(record["text_tokens"]) == 30 and record["user_transcript"] == "hello"
+
+
+def test_progress_line_says_frames_speed_and_time_left():
+    update = eng.FrameUpdate("frames", elapsed_s=8.0, frames_per_second=2.5, text="Hi", function_text="")
+    line = text_of(app.progress_status(eng.Event(eng.PROGRESS, done=20, total=170, update=update)))
+    assert "frame 20 of 170" in line and "8.0 s" in line
+    assert "RTF 5.00 (slower than real time)" in line  # 2.5 frames/s of 80 ms = 0.2 s of audio per second
+    assert "about 60 s left" in line
+    assert [app.duration_text(s) for s in (0.4, 30, 600, 9000)] == [
+        "less than a second", "about 30 s", "about 10 min", "about 2.5 h"]
+
+
+def test_generation_config_from_the_controls():
+    cfg = app.generation_config(0, 12, 0.3, 0.5, 1.1, False, 0.7, 0.9, 0.5, True, False)
+    assert (cfg.extra_seconds, cfg.max_extra_seconds, cfg.text_temperature, cfg.text_top_p) == (None, 12.0, 0.3, 0.5)
+    assert (cfg.text_repetition_penalty, cfg.turn_markers, cfg.reference) == (1.1, True, False)
+    assert (cfg.tts_guidance_scale, cfg.tts_top_p, cfg.tts_noise_scale) == (None, None, None)  # the checkpoint's
+    cfg = app.generation_config(4.5, 10, 0, 1, 1, True, 0.7, 0.9, 0.5, False, True)
+    assert (cfg.extra_seconds, cfg.reference) == (4.5, True)
+    assert (cfg.tts_guidance_scale, cfg.tts_top_p, cfg.tts_noise_scale) == (0.7, 0.9, 0.5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the running app
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The app on a scripted model, launched locally; yields (url, model, outputs folder, engine)."""
+    model = ScriptedModel(frame_delay=0.002)
+    engine = eng.Engine(loader_for(model), name="scripted stand-in", max_waiting=app.MAX_WAITING).start()
+    outputs = tmp_path_factory.mktemp("client")
+    demo = app.build_app(engine, outputs=outputs)
+    app.launch(demo, outputs, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
+               quiet=True)
+    yield demo.local_url, model, outputs, engine
+    demo.close()
+    engine.close()
+
+
+def call(client: Client, audio, prompt="Be brief.", seed=0, **advanced):
+    return client.submit(handle_file(str(audio)) if audio else None, prompt, seed,
+                         *{**ADVANCED_DEFAULTS, **advanced}.values(), api_name="/run")
+
+
+def wait_for(predicate, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_run_an_example(served):
+    url, model, outputs, _ = served
+    model.gate = None
+    out = call(Client(url, verbose=False), STEREO_EXAMPLE, seed=7).result(timeout=60)
+    assert "Answer ready" in text_of(out[OUT["status"]])
+    assert out[OUT["assistant"]] == model.answer and out[OUT["transcript"]] == model.transcript
+    assert model.calls[-1]["seed"] == 7 and model.calls[-1]["system_prompt"] == "Be brief."
+    assert model.calls[-1]["sample_rate"] == 44100  # the file's own rate; the engine resamples
+    info = sf.info(out[OUT["answer_audio"]])
+    assert (info.samplerate, info.subtype, info.channels) == (22050, "PCM_16", 1)
+    wav, js = out[OUT["downloads"]]
+    record = json.loads(Path(js).read_text())
+    assert record["assistant_text"] == model.answer and record["seed"] == 7
+    assert record["input_sample_rate"] == 44100 and record["generation_config"]["text_temperature"] == 0.0
+    assert "<svg" in out[OUT["timeline"]] and "| frames |" in out[OUT["timings"]]
+    saved = list((outputs / "runs").glob("*/conversation.json"))
+    assert saved, "the downloads are kept in the outputs folder"
+
+
+def test_progress_streams_partial_text(served):
+    url, model, *_ = served
+    gate = model.gate = threading.Semaphore(0)
+    job = call(Client(url, verbose=False), EXAMPLE)
+    words = model.tokenizer.encode(model.answer)
+    half = words[: len(words) // 2]
+    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half))):
+        gate.release()
+
+    def texts() -> list[str]:
+        return [o[OUT["assistant"]] for o in job.outputs() if isinstance(o[OUT["assistant"]], str)]
+
+    wait_for(lambda: model.decoded(half) in texts(), "the partial text")  # shown while the model is held
+    assert model.answer not in texts()
+    statuses = [text_of(o[OUT["status"]]) for o in job.outputs() if isinstance(o[OUT["status"]], str)]
+    assert any(re.search(r"frame \d+ of \d+", s) and "RTF" in s for s in statuses)
+    model.gate = None
+    for _ in range(1000):
+        gate.release()
+    assert "Answer ready" in text_of(job.result(timeout=60)[OUT["status"]])
+
+
+def test_second_user_waits_with_a_visible_position(served):
+    url, model, *_ = served
+    gate = model.gate = threading.Semaphore(0)
+    first = call(Client(url, verbose=False), EXAMPLE)
+    wait_for(lambda: model.frames_started and any(
+        "Starting" in text_of(o[OUT["status"]]) for o in first.outputs() if isinstance(o[OUT["status"]], str)),
+        "the first job to start")
+    second = call(Client(url, verbose=False), EXAMPLE)
+    wait_for(lambda: any("1 request ahead of you" in text_of(o[OUT["status"]])
+                         for o in second.outputs() if isinstance(o[OUT["status"]], str)), "the queue position")
+    model.gate = None
+    for _ in range(1000):
+        gate.release()
+    assert "Answer ready" in text_of(first.result(timeout=60)[OUT["status"]])
+    assert "Answer ready" in text_of(second.result(timeout=60)[OUT["status"]])
+
+
+def test_cancel_button_stops_the_running_job(served):
+    url, model, *_ = served
+    gate = model.gate = threading.Semaphore(0)
+    client = Client(url, verbose=False)
+    before = model.frames_started
+    job = call(client, EXAMPLE)
+    gate.release()
+    wait_for(lambda: model.frames_started == before + 2, "the job to run")  # frame 2 waits for the gate
+    started = model.frames_started
+    assert "Cancelling" in text_of(client.predict(api_name="/cancel"))  # same session as the job
+    gate.release()  # finish the current frame; the job must stop there
+    out = job.result(timeout=30)
+    assert "Cancelled after" in text_of(out[OUT["status"]])
+    time.sleep(0.2)
+    assert model.frames_started == started
+    model.gate = None
+
+
+def test_closing_the_request_cancels_the_engine_job(served):
+    url, model, _, engine = served
+    gate = model.gate = threading.Semaphore(0)
+    before = model.frames_started
+    job = call(Client(url, verbose=False), EXAMPLE)
+    gate.release()
+    wait_for(lambda: model.frames_started == before + 2, "the job to run")
+    job.cancel()  # gradio_client closes the stream: the handler's finally cancels the engine job
+
+    def release_a_frame() -> bool:  # one frame per 50 ms: the whole conversation would take 3.5 s
+        gate.release()
+        time.sleep(0.05)
+        return engine.pending() == 0
+
+    wait_for(release_a_frame, "the engine to drop the job")
+    frames = len(model.script(EXAMPLE_FRAMES)[0])
+    assert model.frames_started - before < frames  # stopped before the end of the conversation
+    model.gate = None
+
+
+def test_a_bad_file_is_a_readable_error_and_the_app_keeps_working(served, tmp_path):
+    url, model, *_ = served
+    model.gate = None
+    client = Client(url, verbose=False)
+    bad = tmp_path / "holiday.wav"
+    bad.write_text("not really a wav file")
+    out = call(client, bad).result(timeout=30)
+    status = text_of(out[OUT["status"]])
+    assert "This recording cannot be used" in status and "holiday.wav is not a readable audio file" in status
+    short = tmp_path / "click.wav"
+    sf.write(str(short), np.zeros(40, np.float32), 16000)
+    out = call(client, short).result(timeout=30)
+    assert "shorter than one 80 ms frame" in text_of(out[OUT["status"]])
+    out = call(client, None).result(timeout=30)
+    assert "No recording yet" in text_of(out[OUT["status"]])
+    assert "Answer ready" in text_of(call(client, EXAMPLE).result(timeout=60)[OUT["status"]])
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except urllib.error.URLError:  # not listening (yet)
+        return 0
+
+
+def test_only_outputs_and_examples_are_served(served):
+    url, _, outputs, _ = served
+    served_file = f"{url}gradio_api/file="
+    assert http_status(served_file + str(EXAMPLE)) == 200
+    assert http_status(served_file + str(app.APP_DIR / "app.py")) == 403
+    assert http_status(served_file + str(app.ASSETS / "make_examples.py")) == 403
+    assert http_status(served_file + str(app.APP_DIR / "voicechat" / "engine.py")) == 403
+    assert http_status(served_file + "/etc/passwd") == 403
+    (outputs / "runs").mkdir(parents=True, exist_ok=True)
+    assert http_status(served_file + str(outputs / "runs")) == 403  # no directory listings
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# python app.py --demo, end to end
+# ---------------------------------------------------------------------------------------------------------------
+def start_app(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Popen, str, Path]:
+    """`python app.py ARGS` on a free port; returns (process, url, log file) once it serves pages."""
+    port = free_port()
+    log = tmp_path / "app.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(app.APP_DIR / "app.py"), *args, "--port", str(port),
+                                 "--outputs", str(tmp_path / "outputs")], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env}, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}/"
+    wait_for(lambda: proc.poll() is not None or http_status(url) == 200, "the app to start", timeout=120)
+    assert proc.poll() is None, log.read_text()
+    return proc, url, log
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(20)
+
+
+def test_offline_without_the_model_says_what_to_run(tmp_path):
+    proc, url, log = start_app(tmp_path, "--model", "nobody/no-such-voicechat", HF_HUB_OFFLINE="1",
+                               HF_HOME=str(tmp_path / "hf"))
+    try:
+        out = call(Client(url, verbose=False), EXAMPLE).result(timeout=60)
+        status = text_of(out[OUT["status"]])
+        assert "nobody/no-such-voicechat is not in the local Hugging Face cache" in status
+        assert "hf download nobody/no-such-voicechat" in status
+    finally:
+        stop(proc)
+
+
+def test_demo_mode_starts_offline_and_answers_an_example(tmp_path):
+    proc, url, log = start_app(tmp_path, "--demo", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    try:
+        assert "Its answers are noise" in urllib.request.urlopen(url + "config", timeout=10).read().decode()
+        out = call(Client(url, verbose=False), EXAMPLE).result(timeout=600)
+        assert "Answer ready" in text_of(out[OUT["status"]]), text_of(out[OUT["status"]]) + log.read_text()
+        info = sf.info(out[OUT["answer_audio"]])
+        assert (info.samplerate, info.subtype) == (22050, "PCM_16") and info.frames > 0
+        record = json.loads(Path(out[OUT["downloads"]][1]).read_text())
+        assert record["demo_model"] is True and len(record["text_tokens"]) > 0
+        assert "<svg" in out[OUT["timeline"]]
+    finally:
+        stop(proc)

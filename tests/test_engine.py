@@ -1,0 +1,354 @@
+"""voicechat.engine without Gradio: the job queue, cancel within one frame, error propagation, thread ownership.
+
+The model is `ScriptedModel`, a stand-in that follows voicechat's model contract (``.config``, ``.tokenizer``,
+``.generate(audio, sample_rate, system_prompt=, seed=, config=, progress=)`` -> ``Result``) with a fixed answer, so
+the engine (and, in test_app.py / test_browser.py, the UI) can be tested without MLX work. Its frames can be held
+by a semaphore, so a test decides exactly how far a job gets.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
+
+import numpy as np
+import pytest
+
+from voicechat import engine as eng
+from voicechat.audio import prepare_input
+from voicechat.errors import AudioInputError, ModelUnavailable
+from voicechat.result import FrameUpdate, Result
+from voicechat.tokenizer import TextTokenizer
+
+TESTS = Path(__file__).parent
+TOKENIZER = TESTS / "fixtures" / "nemo" / "tiny_model" / "tokenizer.json"  # pad 12, bos 1, eos 2 (NeMo tiny model)
+QUESTION = TESTS / "fixtures" / "nemo" / "question_16k.wav"
+TIMEOUT = 10.0
+
+
+class ScriptedModel:
+    """A stand-in model: it answers every recording with the same words, one token every other frame after a short
+    pause, and a synthetic voice (harmonic bursts whose phase depends on the seed)."""
+
+    IN_RATE, OUT_RATE, FRAME = 16000, 22050, 0.08
+    CODEBOOKS = 31
+
+    def __init__(self, answer: str = "Paris is the capital of France.",
+                 transcript: str = "hi there what is the capital of france", function: str = "",
+                 frame_delay: float = 0.0, gate: Optional[threading.Semaphore] = None,
+                 error: Optional[Exception] = None):
+        self.tokenizer = TextTokenizer(TOKENIZER)
+        self.config = SimpleNamespace(frame_length=self.FRAME, input_sample_rate=self.IN_RATE,
+                                      output_sample_rate=self.OUT_RATE, pad_id=12, bos_id=1, eos_id=2)
+        self.answer, self.transcript, self.function = answer, transcript, function
+        self.frame_delay, self.gate, self.error = frame_delay, gate, error
+        self.threads: set[int] = set()
+        self.frames_started = 0
+        self.calls: list[dict] = []
+
+    def script(self, frames_before: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-frame text and function ids: pause 3 frames, BOS, a word every 2 frames, EOS, 4 frames of tail."""
+        cfg = self.config
+        words = self.tokenizer.encode(self.answer)
+        n = frames_before + 3 + 1 + 2 * len(words) + 1 + 4
+        text = np.full(n, cfg.pad_id, np.int64)
+        start = frames_before + 3
+        text[start] = cfg.bos_id
+        text[start + 1: start + 1 + 2 * len(words): 2] = words
+        text[start + 1 + 2 * len(words)] = cfg.eos_id
+        function = np.full(n, cfg.pad_id, np.int64)
+        calls = self.tokenizer.encode(self.function) if self.function else []
+        function[start + 1: start + 1 + len(calls)] = calls
+        return text, function
+
+    def frames_to_say(self, input_frames: int, n_tokens: int) -> int:
+        """Frames the script takes until its first ``n_tokens`` answer tokens are out."""
+        return input_frames + 3 + 2 * n_tokens
+
+    def decoded(self, ids: np.ndarray) -> str:
+        specials = (self.config.pad_id, self.config.bos_id, self.config.eos_id)
+        return self.tokenizer.decode([int(i) for i in ids if i not in specials])
+
+    def voice(self, text: np.ndarray, seed: int) -> np.ndarray:
+        """A tone burst (a vowel-like stack of harmonics) for every word frame. [frames] -> [frames * 1764]"""
+        hop = round(self.OUT_RATE * self.FRAME)
+        t = np.arange(2 * hop) / self.OUT_RATE
+        rng = np.random.default_rng(seed)
+        out = np.zeros(len(text) * hop, np.float32)
+        for f in np.flatnonzero(text > 20):
+            f0 = 110 + 7 * (int(text[f]) % 13)
+            burst = sum(np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi)) / k for k in range(1, 6))
+            burst *= np.hanning(burst.size) * 0.3
+            end = min(out.size, f * hop + burst.size)
+            out[f * hop:end] += burst[: end - f * hop]
+        return out
+
+    def generate(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None):
+        self.threads.add(threading.get_ident())
+        self.calls.append(dict(system_prompt=system_prompt, seed=seed, config=config, sample_rate=sample_rate))
+        t0 = time.perf_counter()
+        x = prepare_input(audio, sample_rate, self.IN_RATE, round(self.IN_RATE * self.FRAME))
+        if self.error is not None:
+            raise self.error
+        prompt_frames = len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
+        input_frames = math.ceil(x.size / (self.IN_RATE * self.FRAME))
+        text, function = self.script(input_frames)
+        for f in range(len(text)):
+            self.frames_started += 1
+            if self.gate is not None:
+                assert self.gate.acquire(timeout=TIMEOUT), "test never released this frame"
+            time.sleep(self.frame_delay)
+            if progress is not None:
+                elapsed = time.perf_counter() - t0
+                progress(f + 1, len(text), FrameUpdate("frames", elapsed, (f + 1) / max(elapsed, 1e-6),
+                                                       self.decoded(text[: f + 1]), self.decoded(function[: f + 1])))
+        return Result(
+            text=self.answer, function_text=self.function, user_transcript=self.transcript,
+            audio=self.voice(text, seed), sample_rate=self.OUT_RATE, text_tokens=text, function_tokens=function,
+            audio_codes=np.zeros((len(text), self.CODEBOOKS), np.int64), first_frame=prompt_frames,
+            prompt_frames=prompt_frames, input_frames=input_frames, frame_seconds=self.FRAME,
+            timings={"perception": 0.01, "frames": time.perf_counter() - t0, "codec": 0.02},
+            settings={"seed": seed, "system_prompt": system_prompt})
+
+
+def loader_for(model, record: Optional[dict] = None):
+    def load(progress_bar):
+        if record is not None:
+            record["thread"] = threading.get_ident()
+            record["bar"] = progress_bar
+        return model
+
+    return load
+
+
+def collect(job: eng.Job) -> list[eng.Event]:
+    events = []
+    while True:
+        event = job.next_event(timeout=TIMEOUT)
+        assert event is not None, f"job {job.id} stalled after {[e.kind for e in events]}"
+        events.append(event)
+        if event.terminal:
+            return events
+
+
+def until(job: eng.Job, predicate) -> eng.Event:
+    while True:
+        event = job.next_event(timeout=TIMEOUT)
+        assert event is not None, "no event"
+        if predicate(event):
+            return event
+
+
+def question() -> eng.Request:
+    return eng.Request(str(QUESTION), None, system_prompt="Be brief.", seed=3)
+
+
+@pytest.fixture
+def engine_of():
+    engines = []
+
+    def make(model, **kwargs):
+        engines.append(eng.Engine(loader_for(model, kwargs.pop("record", None)), name="scripted", **kwargs).start())
+        return engines[-1]
+
+    yield make
+    for e in engines:
+        e.close()
+
+
+def test_a_job_runs_to_the_end_with_progress_and_a_numpy_answer(engine_of):
+    model = ScriptedModel()
+    events = collect(engine_of(model).submit(question()))
+    kinds = [e.kind for e in events]
+    assert kinds[0] == eng.QUEUED and kinds[1] == eng.STARTED and kinds[-1] == eng.DONE
+    progress = [e for e in events if e.kind == eng.PROGRESS]
+    assert [e.done for e in progress] == list(range(1, progress[-1].total + 1))  # one event per frame, in order
+    assert progress[-1].update.text == model.answer  # the partial text grows to the whole answer
+    answer = events[-1].answer
+    assert isinstance(answer.result.audio, np.ndarray) and answer.result.user_transcript == model.transcript
+    assert model.calls[0]["system_prompt"] == "Be brief." and model.calls[0]["seed"] == 3
+
+
+def test_answer_places_each_word_at_its_frame(engine_of):
+    model = ScriptedModel(answer="Hello there, how can I help?")
+    answer = collect(engine_of(model).submit(question()))[-1].answer
+    r = answer.result
+    words = model.tokenizer.encode(model.answer)
+    start = r.first_frame + r.input_frames + 3  # the script: BOS 3 frames after the recording, a word every 2
+    assert answer.turn_starts == (start,) and answer.turn_ends == (start + 1 + 2 * len(words),)
+    assert [p.frame for p in answer.text_pieces] == [start + 1 + 2 * i for i in range(len(words))]
+    assert [p.token_id for p in answer.text_pieces] == words
+    assert "".join(p.text for p in answer.text_pieces) == model.answer  # pieces concatenate to the decoded text
+    assert [p.token for p in answer.text_pieces[:2]] == ["Hell", "o"]
+    assert answer.function_pieces == ()
+
+
+def test_a_multi_byte_character_belongs_to_the_token_that_completes_it(engine_of):
+    model = ScriptedModel(answer="Café olé")
+    answer = collect(engine_of(model).submit(question()))[-1].answer
+    assert "".join(p.text for p in answer.text_pieces) == "Café olé"
+    assert "\ufffd" not in "".join(p.text for p in answer.text_pieces)
+    assert len(answer.text_pieces) == len(model.tokenizer.encode("Café olé"))
+
+
+def test_function_channel_pieces(engine_of):
+    model = ScriptedModel(function="get weather")
+    answer = collect(engine_of(model).submit(question()))[-1].answer
+    ids = model.tokenizer.encode("get weather")
+    assert [p.token_id for p in answer.function_pieces] == ids
+    assert "".join(p.text for p in answer.function_pieces) == "get weather"
+
+
+def test_model_is_loaded_and_run_on_the_engine_thread_only(engine_of):
+    record = {}
+    model = ScriptedModel()
+    engine = engine_of(model, record=record)
+    collect(engine.submit(question()))
+    collect(engine.submit(question()))
+    assert record["thread"] == engine.thread.ident != threading.get_ident()
+    assert model.threads == {engine.thread.ident}
+    assert engine.status().state == eng.READY
+
+
+def test_cancel_stops_a_running_job_within_one_frame(engine_of):
+    gate = threading.Semaphore(0)
+    model = ScriptedModel(gate=gate)
+    job = engine_of(model).submit(question())
+    for _ in range(3):
+        gate.release()
+    until(job, lambda e: e.kind == eng.PROGRESS and e.done == 3)
+    deadline = time.monotonic() + TIMEOUT
+    while model.frames_started < 4 and time.monotonic() < deadline:  # frame 4 starts and waits for the gate
+        time.sleep(0.01)
+    job.cancel()
+    gate.release()  # let frame 4 finish: its progress callback must stop the job
+    events = collect(job)
+    assert events[-1].kind == eng.CANCELLED and "4 of" in events[-1].message
+    assert [e.kind for e in events[:-1]] == []  # no progress event after the cancel
+    time.sleep(0.2)
+    assert model.frames_started == 4  # no fifth frame was started
+
+
+def test_queue_positions_and_cancelling_a_waiting_job(engine_of):
+    gate = threading.Semaphore(0)
+    engine = engine_of(ScriptedModel(gate=gate))
+    first = engine.submit(question(), owner="a")
+    until(first, lambda e: e.kind == eng.STARTED)
+    second, third = engine.submit(question(), owner="b"), engine.submit(question(), owner="c")
+    assert second.next_event(TIMEOUT).position == 1 and third.next_event(TIMEOUT).position == 2
+    assert engine.cancel_owner("b") == 1
+    assert collect(second)[-1].kind == eng.CANCELLED  # at once, while the first job still holds the engine
+    assert third.next_event(TIMEOUT).position == 1  # moved up
+    for _ in range(1000):
+        gate.release()
+    assert collect(first)[-1].kind == eng.DONE
+    events = collect(third)
+    assert [e.position for e in events if e.kind == eng.QUEUED] == [0] and events[-1].kind == eng.DONE
+    assert engine.pending() == 0
+
+
+def test_a_full_queue_turns_requests_away(engine_of):
+    gate = threading.Semaphore(0)
+    engine = engine_of(ScriptedModel(gate=gate), max_waiting=1)
+    running = engine.submit(question())
+    until(running, lambda e: e.kind == eng.STARTED)
+    engine.submit(question())
+    with pytest.raises(eng.EngineFull, match="already waiting"):
+        engine.submit(question())
+    engine.close(timeout=0)
+    for _ in range(1000):
+        gate.release()
+
+
+@pytest.mark.parametrize("audio, rate, message", [
+    (np.zeros(0, np.float32), 16000, "empty"),
+    (np.full(16000, np.nan, np.float32), 16000, "NaN"),
+    (np.zeros(100, np.float32), 16000, "shorter than one"),
+])
+def test_bad_input_is_an_error_event_and_the_engine_keeps_serving(engine_of, audio, rate, message):
+    engine = engine_of(ScriptedModel())
+    events = collect(engine.submit(eng.Request(audio, rate)))
+    assert events[-1].kind == eng.ERROR and message in events[-1].message
+    assert collect(engine.submit(question()))[-1].kind == eng.DONE
+
+
+def test_unreadable_file_is_an_error_event(engine_of, tmp_path):
+    bad = tmp_path / "notes.wav"
+    bad.write_text("this is not audio")
+    events = collect(engine_of(ScriptedModel()).submit(eng.Request(str(bad), None)))
+    assert events[-1].kind == eng.ERROR and "notes.wav is not a readable audio file" in events[-1].message
+
+
+def test_an_unexpected_exception_is_reported_in_one_line(engine_of, capsys):
+    model = ScriptedModel(error=RuntimeError("kernel exploded"))
+    engine = engine_of(model)
+    events = collect(engine.submit(question()))
+    assert events[-1].kind == eng.ERROR
+    assert events[-1].message == "Engine error: RuntimeError: kernel exploded"
+    assert "Traceback" in capsys.readouterr().err  # the traceback goes to the terminal, not the user
+    model.error = None
+    assert collect(engine.submit(question()))[-1].kind == eng.DONE
+
+
+def test_a_user_error_keeps_its_message(engine_of):
+    events = collect(engine_of(ScriptedModel(error=AudioInputError("the recording is 700.0 s long"))).submit(
+        question()))
+    assert (events[-1].kind, events[-1].message) == (eng.ERROR, "the recording is 700.0 s long")
+
+
+def test_load_failure_is_shown_and_retried_on_the_next_job():
+    attempts = []
+
+    def load(progress_bar):
+        attempts.append(threading.get_ident())
+        if len(attempts) < 3:
+            raise ModelUnavailable("org/model is not in the local Hugging Face cache; run `hf download org/model`")
+        return ScriptedModel()
+
+    engine = eng.Engine(load, name="org/model").start()
+    try:
+        events = collect(engine.submit(question()))  # attempt 1 at start, attempt 2 for this job
+        assert events[-1].kind == eng.ERROR and "hf download org/model" in events[-1].message
+        status = engine.status()
+        assert status.state == eng.FAILED and "hf download" in status.message
+        assert collect(engine.submit(question()))[-1].kind == eng.DONE  # attempt 3 succeeds
+        assert engine.status().state == eng.READY and set(attempts) == {engine.thread.ident}
+    finally:
+        engine.close()
+
+
+def test_download_bar_reports_byte_progress():
+    reports = []
+    bar_class = eng.download_bar("org/model", reports.append)
+    with bar_class(total=4 * 2**20, unit="B", unit_scale=True, disable=True) as hidden:  # counts while disabled
+        hidden.update(2**20)
+    assert reports[-1].fraction == 0.25
+    with bar_class(total=4 * 2**20, unit="B", unit_scale=True, file=io.StringIO()) as bar:
+        bar.update(2**20)
+        bar.update(2**20)
+    assert reports[-1].state == eng.DOWNLOADING and reports[-1].fraction == 0.5
+    assert reports[-1].message == "Downloading org/model: 2.10MB of 4.19MB"
+    with bar_class(total=3, file=io.StringIO()) as files:  # the "Fetching N files" bar counts files, not bytes
+        files.update(1)
+    assert len(reports) == 3
+
+
+def test_close_cancels_waiting_jobs_and_stops_the_thread():
+    gate = threading.Semaphore(0)
+    engine = eng.Engine(loader_for(ScriptedModel(gate=gate)), name="scripted").start()
+    running = engine.submit(question())
+    until(running, lambda e: e.kind == eng.STARTED)
+    waiting = engine.submit(question())
+    engine.close(timeout=0)
+    assert collect(waiting)[-1].kind == eng.CANCELLED
+    gate.release()
+    assert collect(running)[-1].kind == eng.CANCELLED
+    engine.thread.join(TIMEOUT)
+    assert not engine.thread.is_alive() and engine.status().state == eng.CLOSED
+    with pytest.raises(eng.EngineFull):
+        engine.submit(question())

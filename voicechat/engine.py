@@ -1,0 +1,392 @@
+"""The one thread that owns MLX for apps: it loads the model and runs every job, one at a time, from a queue.
+
+MLX arrays and streams belong to the thread that made them (ECOSYSTEM.md §1.5), so a web server's worker threads
+never touch the model: they ``submit`` a :class:`Request` and read :class:`Event`\\ s from the :class:`Job` they
+get back (queue position, per-frame progress with the partial text, then one of done / error / cancelled). Only
+numpy arrays and Python values leave this thread. ``Job.cancel()`` stops a running job within one 80 ms frame (the
+progress callback raises :class:`~voicechat.errors.Cancelled`) and removes a waiting one from the queue at once.
+
+    engine = Engine(hub_model("mlx-community/NemotronLabs-VoiceChat-11B-4bit"), name="4-bit").start()
+    job = engine.submit(Request("question.wav", None, system_prompt="Be brief.", seed=0))
+    for event in job:
+        print(event.kind, event.done, event.total)
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .errors import Cancelled, VoiceChatError
+from .result import FrameUpdate, Result
+
+# Event kinds. The last three end a job.
+QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED = "queued", "started", "progress", "done", "error", "cancelled"
+TERMINAL = (DONE, ERROR, CANCELLED)
+# Engine states (EngineStatus.state).
+STARTING, DOWNLOADING, LOADING, READY, FAILED, CLOSED = (
+    "starting", "downloading", "loading", "ready", "failed", "closed")
+
+ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a loaded voicechat model
+
+
+class EngineFull(VoiceChatError):
+    """Too many jobs are already waiting."""
+
+
+@dataclass(frozen=True)
+class Request:
+    audio: Union[np.ndarray, str, Path]  # samples [N] or [N, channels] at sample_rate, or a file path
+    sample_rate: Optional[int]  # None for a file path
+    system_prompt: str = ""
+    seed: int = 0
+    config: Any = None  # voicechat.config.GenerationConfig (None = the model's defaults)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One non-pad token of a channel, where it was emitted."""
+
+    frame: int  # timeline position
+    token_id: int
+    text: str  # what the token adds to the decoded text ("" for special tokens)
+    token: str  # the tokenizer's name for it (e.g. "Ġthe", "<s>")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished job: the engine's result (numpy only) plus each channel's tokens decoded where they were emitted."""
+
+    result: Result
+    text_pieces: tuple[Piece, ...]
+    function_pieces: tuple[Piece, ...]
+    turn_starts: tuple[int, ...]  # frames where the text channel emitted BOS (the assistant starts a turn)
+    turn_ends: tuple[int, ...]  # frames where it emitted EOS
+    wall_seconds: float
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str  # QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED
+    position: int = 0  # QUEUED: jobs ahead of this one (the running one included)
+    done: int = 0  # PROGRESS: timeline frames computed
+    total: int = 0
+    update: Optional[FrameUpdate] = None  # PROGRESS: stage, speed and the text so far
+    answer: Optional[Answer] = None  # DONE
+    message: str = ""  # ERROR / CANCELLED: one line for the user
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind in TERMINAL
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    state: str  # STARTING, DOWNLOADING, LOADING, READY, FAILED, CLOSED
+    message: str  # one line for the user
+    fraction: Optional[float] = None  # download progress, when known
+    load_seconds: Optional[float] = None  # once READY
+
+
+class Job:
+    """A submitted request. Iterate it (or call ``next_event``) to follow it; ``cancel()`` at any time."""
+
+    def __init__(self, engine: "Engine", job_id: int, request: Request, owner: Optional[str]):
+        self.id = job_id
+        self.request = request
+        self.owner = owner
+        self._engine = engine
+        self._events: Queue = Queue()
+        self._cancel = threading.Event()
+        self.finished = threading.Event()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    def cancel(self) -> None:
+        """Stop it: a waiting job leaves the queue now, a running one after its current frame."""
+        self._cancel.set()
+        self._engine._withdraw(self)
+
+    def next_event(self, timeout: Optional[float] = None) -> Optional[Event]:
+        """The next event, or None after ``timeout`` seconds without one."""
+        try:
+            return self._events.get(timeout=timeout)
+        except Empty:
+            return None
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            event = self._events.get()
+            yield event
+            if event.terminal:
+                return
+
+    def _emit(self, event: Event) -> None:
+        if not self.finished.is_set():
+            self._events.put(event)
+            if event.terminal:
+                self.finished.set()
+
+
+class Engine:
+    """One background thread that loads the model, then runs jobs in submission order."""
+
+    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8):
+        self.name = name
+        self.max_waiting = max_waiting
+        self.model: Any = None  # touched by the engine thread only
+        self.thread = threading.Thread(target=self._main, name="voicechat-engine", daemon=True)
+        self._load_model = load_model
+        self._lock = threading.Condition()
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._running: Optional[Job] = None
+        self._closing = False
+        self._next_id = 1
+        self._status = EngineStatus(STARTING, f"Starting {name}")
+
+    # ---- called from any thread --------------------------------------------------------------------------------
+    def start(self) -> "Engine":
+        self.thread.start()
+        return self
+
+    def status(self) -> EngineStatus:
+        with self._lock:
+            return self._status
+
+    def submit(self, request: Request, *, owner: Optional[str] = None) -> Job:
+        """Queue a request; the job's first event says how many jobs are ahead of it."""
+        with self._lock:
+            if self._closing:
+                raise EngineFull("the engine is shutting down")
+            if len(self._waiting) >= self.max_waiting:
+                raise EngineFull(f"{len(self._waiting)} requests are already waiting; try again in a minute")
+            job = Job(self, self._next_id, request, owner)
+            self._next_id += 1
+            self._waiting.append(job)
+            job._emit(Event(QUEUED, position=len(self._waiting) - 1 + (self._running is not None)))
+            self._lock.notify_all()
+        return job
+
+    def cancel_owner(self, owner: str) -> int:
+        """Cancel every job (waiting or running) submitted with this owner tag; returns how many."""
+        with self._lock:
+            jobs = [j for j in (self._running, *self._waiting) if j is not None and j.owner == owner]
+        for job in jobs:
+            job.cancel()
+        return len(jobs)
+
+    def pending(self) -> int:
+        """Jobs waiting or running."""
+        with self._lock:
+            return len(self._waiting) + (self._running is not None)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel everything and stop the thread."""
+        with self._lock:
+            self._closing = True
+            jobs = [j for j in (self._running, *self._waiting) if j is not None]
+            self._lock.notify_all()
+        for job in jobs:
+            job.cancel()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+    def _withdraw(self, job: Job) -> None:
+        """A cancelled job that has not started leaves the queue now; a running one stops at its next frame."""
+        with self._lock:
+            if job not in self._waiting:
+                return
+            self._waiting.remove(job)
+            self._announce_positions()
+        job._emit(Event(CANCELLED, message="Cancelled while waiting."))
+
+    def _set_status(self, status: EngineStatus) -> None:
+        with self._lock:
+            self._status = status
+
+    def _announce_positions(self) -> None:
+        """Tell every waiting job how many are ahead of it (call with the lock held)."""
+        ahead = self._running is not None
+        for i, job in enumerate(self._waiting):
+            job._emit(Event(QUEUED, position=ahead + i))
+
+    # ---- the engine thread ----------------------------------------------------------------------------------
+    def _main(self) -> None:
+        self._load()
+        while True:
+            job = self._take()
+            if job is None:
+                break
+            try:
+                if self.model is None:
+                    self._load()  # retry: the network may be back, or the files downloaded meanwhile
+                if self.model is None:
+                    job._emit(Event(ERROR, message=self.status().message))
+                else:
+                    self._run(job)
+            finally:
+                with self._lock:
+                    self._running = None
+                    self._announce_positions()
+        self._set_status(EngineStatus(CLOSED, "The engine has stopped."))
+
+    def _take(self) -> Optional[Job]:
+        with self._lock:
+            while not self._waiting and not self._closing:
+                self._lock.wait()
+            if self._closing:
+                return None
+            self._running = self._waiting.popleft()
+            self._announce_positions()
+            return self._running
+
+    def _load(self) -> None:
+        t0 = time.perf_counter()
+        self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
+        try:
+            self.model = self._load_model(download_bar(self.name, self._set_status))
+        except VoiceChatError as e:
+            self._set_status(EngineStatus(FAILED, str(e)))
+            return
+        except Exception as e:  # a bug, not a user error: keep the app alive and show it
+            traceback.print_exc(file=sys.stderr)
+            self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
+            return
+        seconds = time.perf_counter() - t0
+        self._set_status(EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds))
+
+    def _run(self, job: Job) -> None:
+        if job.cancel_requested:
+            job._emit(Event(CANCELLED, message="Cancelled before it started."))
+            return
+        job._emit(Event(STARTED))
+        t0 = time.perf_counter()
+        frames_done = 0
+
+        def progress(done: int, total: int, update: FrameUpdate) -> None:
+            nonlocal frames_done
+            frames_done = done
+            if job.cancel_requested:
+                raise Cancelled(f"Cancelled after {done} of {total} frames.")
+            job._emit(Event(PROGRESS, done=done, total=total, update=update))
+
+        request = job.request
+        kwargs = {} if request.config is None else {"config": request.config}
+        try:
+            result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
+                                         seed=request.seed, progress=progress, **kwargs)
+            answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
+        except Cancelled as e:
+            job._emit(Event(CANCELLED, done=frames_done, message=str(e)))
+        except VoiceChatError as e:
+            job._emit(Event(ERROR, message=str(e)))
+        except Exception as e:  # a bug: report it in one line, keep serving
+            traceback.print_exc(file=sys.stderr)
+            job._emit(Event(ERROR, message=f"Engine error: {type(e).__name__}: {e}"))
+        else:
+            job._emit(Event(DONE, answer=answer))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what leaves the engine thread
+# ---------------------------------------------------------------------------------------------------------------
+def host_result(result: Result) -> Result:
+    """The result with every array field as numpy (evaluated here, on the thread that owns the arrays)."""
+    arrays = {f.name: np.asarray(getattr(result, f.name)) for f in dataclasses.fields(result)
+              if f.name in ("audio", "text_tokens", "function_tokens", "audio_codes")}
+    return dataclasses.replace(result, **arrays)
+
+
+def channel_pieces(tokenizer, ids: Sequence[int], first_frame: int, skip: set[int]) -> tuple[Piece, ...]:
+    """Each token that is not in ``skip``, at its timeline frame, with the text it adds to the decoded channel
+    (decoded incrementally, so byte-level pieces and leading spaces come out as the full decode has them)."""
+    kept = [(first_frame + i, int(t)) for i, t in enumerate(ids) if int(t) not in skip]
+    pieces, decoded = [], ""
+    for n, (frame, token_id) in enumerate(kept):
+        # an unfinished multi-byte character decodes to "\ufffd": it belongs to the token that completes it
+        text = tokenizer.decode([t for _, t in kept[: n + 1]]).rstrip("\ufffd")
+        pieces.append(Piece(frame, token_id, text[len(os.path.commonprefix([decoded, text])):],
+                            tokenizer.id_to_token(token_id) or str(token_id)))
+        decoded = text
+    return tuple(pieces)
+
+
+def frames_of(ids: Sequence[int], token_id: int, first_frame: int) -> tuple[int, ...]:
+    return tuple(first_frame + i for i, t in enumerate(ids) if int(t) == token_id)
+
+
+def make_answer(model, result: Result, wall_seconds: float) -> Answer:
+    cfg = model.config
+    return Answer(
+        result=result,
+        text_pieces=channel_pieces(model.tokenizer, result.text_tokens, result.first_frame,
+                                   {cfg.pad_id, cfg.bos_id, cfg.eos_id}),
+        function_pieces=channel_pieces(model.tokenizer, result.function_tokens, result.first_frame, {cfg.pad_id}),
+        turn_starts=frames_of(result.text_tokens, cfg.bos_id, result.first_frame),
+        turn_ends=frames_of(result.text_tokens, cfg.eos_id, result.first_frame),
+        wall_seconds=wall_seconds,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model loaders (run on the engine thread)
+# ---------------------------------------------------------------------------------------------------------------
+def download_bar(name: str, report: Callable[[EngineStatus], None]) -> type:
+    """A tqdm class for huggingface_hub: it draws the usual terminal bar and reports byte progress to ``report``.
+
+    snapshot_download makes several bars (files, transfer bytes, written bytes) and grows their totals as file
+    sizes become known; the largest byte total is the download's size."""
+
+    class DownloadBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            self.is_bytes = kwargs.get("unit") == "B"
+            self.bytes_done = kwargs.get("initial", 0)  # counted here: a disabled tqdm stops counting
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            self.bytes_done += n or 0
+            if self.is_bytes and self.total:
+                report(EngineStatus(DOWNLOADING, f"Downloading {name}: {self.format_sizeof(self.bytes_done)}B of "
+                                                 f"{self.format_sizeof(self.total)}B",
+                                    fraction=min(1.0, self.bytes_done / self.total)))
+            return super().update(n)
+
+    return DownloadBar
+
+
+def hub_model(spec: str, *, offline: bool = False) -> ModelLoader:
+    """Load a local checkpoint directory or a Hub repo id (downloaded on first use)."""
+
+    def load(progress_bar: type):
+        import voicechat
+
+        return voicechat.load(spec, offline=offline, download_progress=progress_bar)
+
+    return load
+
+
+def demo_model(directory: Union[str, Path]) -> ModelLoader:
+    """Write a tiny random-weight checkpoint into ``directory`` and load it: the whole app works offline, and every
+    answer is noise."""
+
+    def load(progress_bar: type):
+        import voicechat
+        from voicechat.testing import write_tiny_checkpoint
+
+        return voicechat.load(write_tiny_checkpoint(Path(directory), seed=0), offline=True)
+
+    return load
