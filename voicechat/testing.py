@@ -232,26 +232,27 @@ def fan_in(name: str, shape: tuple) -> int:
     return int(np.prod(shape[1:])) if len(shape) > 1 else 1
 
 
-def random_value(name: str, shape: tuple, rng: np.random.Generator) -> np.ndarray:
-    """One parameter's random value, scaled so activations stay O(1) through every network."""
+def random_value(name: str, shape: tuple, key: mx.array) -> mx.array:
+    """One parameter's random float32 value, scaled so activations stay O(1) through every network."""
     leaf = name.rsplit(".", 1)[-1]
+    normal = mx.random.normal(shape, key=key)
     if leaf == "A_log":
-        return np.log(rng.uniform(1, 16, shape))
+        return mx.log(mx.random.uniform(1, 16, shape, key=key))
     if leaf == "D":
-        return 1 + 0.1 * rng.standard_normal(shape)
+        return 1 + 0.1 * normal
     if leaf == "dt_bias":
-        dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), shape))
-        return dt + np.log(-np.expm1(-dt))  # softplus^-1
+        dt = mx.exp(mx.random.uniform(math.log(1e-3), math.log(1e-1), shape, key=key))
+        return dt + mx.log(-mx.expm1(-dt))  # softplus^-1
     if name.endswith(("bos_emb", "null_emb")) or "audio_prompt_latents" in name:
-        return rng.standard_normal(shape)
+        return normal
     if len(shape) <= 1 or leaf in ("pos_bias_u", "pos_bias_v"):
         base = 1.0 if "norm" in name and leaf == "weight" and not name.startswith(OFFSET_NORMS) else 0.0
-        return base + 0.1 * rng.standard_normal(shape)
+        return base + 0.1 * normal
     if re.search(r"(embed_tokens|cont_emb|special_emb|prediction\.embed)\.weight$", name):
-        return rng.standard_normal(shape)
+        return normal
     if "prvq.mus_list" in name:
-        return rng.standard_normal(shape) / math.sqrt(shape[-1])
-    return rng.standard_normal(shape) / math.sqrt(fan_in(name, shape))
+        return normal / math.sqrt(shape[-1])
+    return normal / math.sqrt(fan_in(name, shape))
 
 
 def is_torch_conv(name: str, ndim: int) -> bool:
@@ -278,7 +279,7 @@ def random_tensors(model: VoiceChatModel, tokenizer: TextTokenizer, cfg, seed: i
         ref = built[name]
         if KEPT_AS_BUILT.search(name) or DERIVED.search(name):
             continue
-        value = mx.array(random_value(name, tuple(ref.shape), np.random.default_rng([seed, i])).astype(np.float32))
+        value = random_value(name, tuple(ref.shape), mx.random.key(seed * 1_000_003 + i))
         mx.eval(value)
         if name.startswith("tts_model.audio_codec."):
             codec[name[len("tts_model.audio_codec."):]] = value
