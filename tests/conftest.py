@@ -4,6 +4,7 @@ from pathlib import Path
 
 import voicechat  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
+import numpy as np
 
 TESTS = Path(__file__).parent
 NEMO = TESTS / "fixtures" / "nemo"
@@ -19,13 +20,9 @@ class ReplayNoise:
         assert len(gumbels) == len(normals)
         self.draws = [draw for g, n in zip(gumbels, normals) for draw in (("gumbel", g), ("normal", n))]
 
-    def _next(self, kind, shape):
-        recorded_kind, value = self.draws.pop(0)
-        assert recorded_kind == kind, f"asked for a {kind} draw where NeMo drew {recorded_kind}"
-        return mx.array(value).reshape(shape)
-
-    def gumbel(self, shape):
-        return self._next("gumbel", shape)
-
-    def normal(self, shape):
-        return self._next("normal", shape)
+    def frame(self, n, components, latent):
+        kinds, values = zip(*self.draws[:2 * n])
+        del self.draws[:2 * n]
+        assert kinds == ("gumbel", "normal") * n, "NeMo draws a Gumbel, then a normal, per iteration"
+        return (mx.array(np.stack(values[0::2])).reshape(n, 1, components),
+                mx.array(np.stack(values[1::2])).reshape(n, 1, latent))

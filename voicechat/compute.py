@@ -48,3 +48,16 @@ def on_gpu() -> bool:
 def speech_dtype() -> mx.Dtype:
     """Activation and weight dtype of the speech path (encoder, RNNT, EAR-TTS, codec) and the LLM activations."""
     return mx.bfloat16 if on_gpu() else mx.float32
+
+
+class CompiledFunctions:
+    """``mx.compile``d functions by key, built on first use and kept. The modules a function reads are its implicit
+    inputs, so later weight loads or quantization are seen. A plain object: not part of any parameter tree."""
+
+    def __init__(self):
+        self.functions: dict = {}
+
+    def get(self, key, fn, modules: list):
+        if key not in self.functions:
+            self.functions[key] = mx.compile(fn, inputs=list(modules))
+        return self.functions[key]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -53,6 +53,13 @@ class KVCache:
         self.values[:, :, self.length:end] = values
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def reserve_step(self, like: mx.array) -> tuple[int, int]:
+        """Room for one more position of keys shaped like ``like`` [B, kv, 1, D]: (its slot, the positions its query
+        sees)."""
+        if self.keys is None or self.length + 1 > self.keys.shape[2]:
+            self._grow(like, like, KV_GROWTH)
+        return self.length, self.length + 1
 
     def _grow(self, keys: mx.array, values: mx.array, extra: int) -> None:
         b, h, _, d = keys.shape
@@ -296,6 +303,21 @@ class Attention(nn.Module):
         return self.o_proj(o.transpose(0, 2, 1, 3).reshape(bt, length, -1))
 
 
+    def step(self, x: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
+             count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """One position in fixed shapes: its key/value written to ``slot`` of the buffers [B, kv, C, D], the query
+        attending the first ``count`` slots. [B, 1, hidden] -> ([B, 1, hidden], keys, values)"""
+        bt = x.shape[0]
+        q = self.q_proj(x).reshape(bt, 1, self.heads, self.head_dim).transpose(0, 2, 1, 3)
+        k = self.k_proj(x).reshape(bt, 1, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        v = self.v_proj(x).reshape(bt, 1, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        keys = mx.slice_update(keys, k.astype(keys.dtype), slot, axes=(2,))
+        values = mx.slice_update(values, v.astype(values.dtype), slot, axes=(2,))
+        o = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale,
+                                                 mask=mx.arange(keys.shape[2]) < count)
+        return self.o_proj(o.transpose(0, 2, 1, 3).reshape(bt, 1, -1)), keys, values
+
+
 class MLP(nn.Module):
     """``layers.N.mixer`` for pattern letter -: ``down(relu(up(x))^2)``."""
 
@@ -332,9 +354,11 @@ class NemotronH(nn.Module):
 
     def __init__(self, cfg: LLMConfig):
         super().__init__()
+        self.cfg = cfg
         self.pattern = cfg.pattern
         self.layers = [Block(cfg, letter) for letter in cfg.pattern]
         self.norm_f = RMSNorm(cfg.hidden_size, cfg.layer_norm_epsilon)
+        self._compiled = compute.CompiledFunctions()
 
     def make_cache(self) -> LLMCache:
         return LLMCache(self.pattern)
@@ -342,6 +366,58 @@ class NemotronH(nn.Module):
     def __call__(self, x: mx.array, cache: Optional[LLMCache] = None) -> mx.array:
         # [B, L, hidden] -> [B, L, hidden] (after norm_f); cache None: a stand-alone pass from the empty state
         cache = cache if cache is not None else self.make_cache()
+        if x.shape[1] == 1:
+            return self.norm_f(self.decode(x, cache))
         for layer, layer_cache in zip(self.layers, cache.layers):
             x = layer(x, layer_cache)
         return self.norm_f(x)
+
+    def decode(self, x: mx.array, cache: LLMCache) -> mx.array:
+        """One position: the whole stack as one compiled function over fixed-shape state (Mamba conv and SSM states;
+        attention key/value buffers that grow by KV_GROWTH positions, so it is traced again only then), its
+        elementwise work fused. [B, 1, hidden] -> [B, 1, hidden] before norm_f"""
+        states, steps = [], []
+        for c in cache.layers:
+            if isinstance(c, MambaCache):
+                states += self.mamba_state(c, x)
+            elif isinstance(c, KVCache):
+                steps.append(c.reserve_step(mx.zeros((x.shape[0], self.cfg.num_key_value_heads, 1, self.cfg.head_dim),
+                                                     x.dtype)))
+                states += [c.keys, c.values]
+        slots, counts = (mx.array(v) for v in zip(*steps)) if steps else (mx.zeros((0,), mx.int32),) * 2
+        x, *states = self._compiled.get("decode", self.run_decode, [self])(x, slots, counts, *states)
+        for c in cache.layers:
+            if isinstance(c, MambaCache):
+                (c.conv, c.ssm), states = states[:2], states[2:]
+            elif isinstance(c, KVCache):
+                (c.keys, c.values), states = states[:2], states[2:]
+                c.length += 1
+        return x
+
+    def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:
+        """A Mamba layer's [conv, ssm] state, zeros before the first position."""
+        if c.conv is None:
+            cfg = self.cfg
+            c.conv = mx.zeros((x.shape[0], cfg.conv_kernel - 1, cfg.conv_dim), x.dtype)
+            c.ssm = mx.zeros((x.shape[0], cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size), mx.float32)
+        return [c.conv, c.ssm]
+
+    def run_decode(self, x: mx.array, slots: mx.array, counts: mx.array, *states: mx.array) -> tuple:
+        """Every block on one position: (x, per Mamba block conv and ssm, per attention block keys and values)
+        -> (x, the new states in the same order)."""
+        out, states, a = [], list(states), 0
+        for layer in self.layers:
+            mixer = layer.mixer
+            if isinstance(mixer, Mamba2Mixer):
+                cache = MambaCache()
+                (cache.conv, cache.ssm), states = states[:2], states[2:]
+                x = layer(x, cache)
+                out += [cache.conv, cache.ssm]
+            elif isinstance(mixer, Attention):
+                (keys, values), states = states[:2], states[2:]
+                y, keys, values = mixer.step(layer.norm(x), keys, values, slots[a:a + 1], counts[a])
+                x, a = x + y, a + 1
+                out += [keys, values]
+            else:
+                x = layer(x, None)
+        return (x, *out)

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -305,6 +305,7 @@ class AudioCodec(nn.Module):
         self.encoder = CodecEncoder(cfg)
         self.prvq = ProbabilisticRVQ(cfg)
         self.decoder = CodecDecoder(cfg)
+        self._compiled = compute.CompiledFunctions()
 
     @property
     def samples_per_frame(self) -> int:
@@ -329,6 +330,16 @@ class AudioCodec(nn.Module):
         arr, as_numpy = _to_mx(codes)
         stream = self.stream(arr.shape[0] if arr.ndim == 3 else 1)
         return _like(mx.concatenate([stream.push(arr), stream.flush()], axis=1), as_numpy)
+
+    def decode_frame(self, codes: mx.array, *histories: mx.array) -> tuple:
+        """One code frame to its windowed iSTFT frames, compiled (fixed shapes).
+        codes [B, 1, Q], the ConvNeXt histories -> (frames [B, 1764 / hop, n_fft], the next histories)"""
+        fn = self._compiled.get("frame", self._decode_frame, [self.prvq, self.decoder])
+        return fn(codes, *histories)
+
+    def _decode_frame(self, codes: mx.array, *histories: mx.array) -> tuple:
+        x, histories = self.decoder(self.prvq.decode(codes), list(histories))
+        return (windowed_frames(head_spectrum(x), self.cfg.n_fft), *histories)
 
     def stream(self, batch_size: int = 1) -> "StreamingDecoder":
         return StreamingDecoder(self, batch_size)
@@ -403,14 +414,13 @@ class StreamingDecoder:
             raise ValueError("this codec stream was flushed; start a new one with codec.stream()")
         if arr.shape[1] == 0:
             return mx.zeros((arr.shape[0], 0))
-        z = self.codec.prvq.decode(arr)
-        heads = []
-        for i in range(z.shape[1]):
+        pieces = []
+        for i in range(arr.shape[1]):
             # one code frame per pass: every matmul sees the same shapes however the frames are grouped, so the
             # result is bit-identical to any other grouping (BLAS rounding depends on the row count)
-            x, self.histories = self.codec.decoder(z[:, i:i + 1], self.histories)
-            heads.append(x)
-        frames = windowed_frames(head_spectrum(mx.concatenate(heads, axis=1)), self.n_fft)  # [B, F, n_fft]
+            piece, *self.histories = self.codec.decode_frame(arr[:, i:i + 1], *self.histories)
+            pieces.append(piece)
+        frames = mx.concatenate(pieces, axis=1)  # [B, F, n_fft]
         window_sq = mx.broadcast_to(hann_window(self.n_fft) ** 2, (1, *frames.shape[1:]))
         done = frames.shape[1] * self.hop
         signal = overlap_add(frames, self.hop, self.pending)  # [B, done + n_fft - hop]

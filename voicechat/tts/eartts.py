@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -195,6 +196,7 @@ class RVQEARTTSModel(nn.Module):
         self.rvq_embs = mx.zeros((cfg.num_quantizers, cfg.codebook_size, latent))
         self._codebook_norms = _SquaredNorms()
         self._step_conditions = ConditioningCache()
+        self._compiled = compute.CompiledFunctions()
 
     # -- text side ---------------------------------------------------------------------------------------------
     def set_text_vocab(self, vocab: dict[str, int], bos_id: Optional[int], eos_id: Optional[int],
@@ -205,7 +207,7 @@ class RVQEARTTSModel(nn.Module):
         if fill_flag_tables and len(vocab) != size:
             raise ConfigError(f"the text tokenizer has {len(vocab)} tokens, the TTS flag tables {size}")
         self.embed_subword.char_table = CharTable.from_vocab(vocab)
-        self._step_conditions = ConditioningCache()
+        self._step_conditions = ConditioningCache()  # depends on the loaded weights
         if fill_flag_tables:
             tables = flag_tables(vocab, bos_id, eos_id)
             self.embed_subword.update({k: v for k, v in tables.items() if k in self.embed_subword})
@@ -275,23 +277,38 @@ class RVQEARTTSModel(nn.Module):
                        noise_scale: Optional[float] = None) -> mx.array:
         """SPEC §2.5.8 ``generate_step``: hidden [2, 1, H] ([cond; uncond]) -> codes [Q] (int32, on device).
 
-        Settings default to the config's; ``top_k`` wins over ``top_p``. Per iteration with k > 0: MoG over
-        embed_code(sum of decided code vectors) + hidden, z = mu + exp(logs) * N(0, 1) * noise_scale, then k codebooks
-        by residual nearest-vector quantisation against the unpadded codebooks."""
+        Settings default to the config's; ``top_k`` wins over ``top_p``. The frame's random draws come first (NeMo's
+        order within each iteration: Gumbel, then normal); the rest is one compiled function per setting."""
         cfg = self.cfg
         scale = cfg.guidance_scale if guidance_scale is None else guidance_scale
         noise_scale = cfg.noise_scale if noise_scale is None else noise_scale
         if top_p is None and top_k is None:
             top_p, top_k = cfg.top_p, cfg.top_k
-        codebooks, sqnorms = self.rvq_embs, self._codebook_norms.of(self.rvq_embs)
+        iterations = sum(1 for k in self.schedule if k > 0)
+        gumbels, normals = noise.frame(iterations, self.mog_head.num_predictions, self.rvq_embs.shape[-1])
+        generate = self._code_generator(scale, top_p, top_k, noise_scale)
+        return generate(hidden, gumbels, normals, self.rvq_embs, self._codebook_norms.of(self.rvq_embs))
+
+    def _code_generator(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float):
+        """The code generation of one setting, compiled (fixed shapes; its elementwise work fused). The MoG head and
+        the code embedding are implicit inputs, so later weight changes are seen."""
+        return self._compiled.get((scale, top_p, top_k, noise_scale),
+                                  partial(self._codes, scale, top_p, top_k, noise_scale), [self.mog_head, self.embed_code])
+
+    def _codes(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float,
+               hidden: mx.array, gumbels: mx.array, normals: mx.array, codebooks: mx.array,
+               sqnorms: mx.array) -> mx.array:
+        """Per iteration i with k > 0: MoG over embed_code(sum of decided code vectors) + hidden with Gumbel noise
+        gumbels[i], z = mu + exp(logs) * normals[i] * noise_scale, then k codebooks by residual nearest-vector
+        quantisation against the unpadded codebooks [Q, K, latent] (squared norms [Q, K])."""
         cond, uncond = hidden[0], hidden[1]  # [1, H] each
         decided = mx.zeros((1, codebooks.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
         codes, start = [], 0
-        for k in (k for k in self.schedule if k > 0):
+        for i, k in enumerate(k for k in self.schedule if k > 0):
             e = self.embed_code(decided)
             x = mx.concatenate([e + cond, e + uncond]) if scale > 0 else e + cond
-            mu, logs = self.mog_head.infer(x, scale, top_p, top_k, noise.gumbel((1, self.mog_head.num_predictions)))
-            z = mu + mx.exp(logs) * noise.normal(mu.shape) * noise_scale
+            mu, logs = self.mog_head.infer(x, scale, top_p, top_k, gumbels[i])
+            z = mu + mx.exp(logs) * normals[i] * noise_scale
             for q in range(start, start + k):
                 idx = nearest_code(codebooks[q], sqnorms[q], z)
                 chosen = codebooks[q][idx]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -50,6 +50,14 @@ class KVCache:
 
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.keys, self.values) if a is not None]
+
+    def reserve_step(self) -> tuple[int, int]:
+        """Room for one more position after at least one: (its slot, the number of stored positions it sees)."""
+        if self.keys.shape[2] <= self.offset:
+            capacity = (self.offset // CACHE_STEP + 1) * CACHE_STEP
+            self.keys = _grown(self.keys, self.keys, self.offset, capacity)
+            self.values = _grown(self.values, self.values, self.offset, capacity)
+        return self.offset, self.offset + 1
 
 
 class RotatingKVCache:
@@ -101,6 +109,15 @@ class RotatingKVCache:
     def update_and_fetch(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array, Mask]:
         return self._step(k, v) if k.shape[2] == 1 else self._block(k, v)
 
+    def reserve_step(self) -> tuple[int, int]:
+        """Room for one more position after at least one: (its slot, the number of stored positions it sees)."""
+        slot = self.offset % self.window
+        if self.offset < self.window and self.keys.shape[2] <= slot:
+            capacity = min(self.window, (slot // CACHE_STEP + 1) * CACHE_STEP)
+            self.keys = _grown(self.keys, self.keys, slot, capacity)
+            self.values = _grown(self.values, self.values, slot, capacity)
+        return slot, min(self.offset + 1, self.window)
+
     def arrays(self) -> list[mx.array]:
         return [a for a in (self.keys, self.values) if a is not None]
 
@@ -131,6 +148,21 @@ class Gemma3Attention(nn.Module):
         return self.o_proj(merge_heads(out))
 
 
+    def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
+             count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """One position in fixed shapes: x [B, 1, H] at ``position``; its key/value go to ``slot`` of the buffers
+        [B, N, C, D]; the query sees the first ``count`` slots (the order of slots does not matter: positions are
+        in the keys through RoPE). -> (out [B, 1, H], keys, values)"""
+        q = rope(self.q_norm(split_heads(self.q_proj(x), self.num_heads)), self.rope_base, position)
+        k = rope(self.k_norm(split_heads(self.k_proj(x), self.num_kv_heads)), self.rope_base, position)
+        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        keys = mx.slice_update(keys, k.astype(keys.dtype), slot, axes=(2,))
+        values = mx.slice_update(values, v.astype(values.dtype), slot, axes=(2,))
+        mask = mx.arange(keys.shape[2]) < count
+        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
+        return self.o_proj(merge_heads(out)), keys, values
+
+
 class Gemma3DecoderLayer(nn.Module):
     def __init__(self, cfg: GemmaConfig, sliding: bool):
         super().__init__()
@@ -143,8 +175,15 @@ class Gemma3DecoderLayer(nn.Module):
         self.post_feedforward_layernorm = RMSNorm(h, eps)
 
     def __call__(self, x: mx.array, cache: Union[KVCache, RotatingKVCache]) -> mx.array:
-        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cache))
+        return self.feed_forward(x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cache)))
+
+    def feed_forward(self, x: mx.array) -> mx.array:
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+    def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
+             count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        attn, keys, values = self.self_attn.step(self.input_layernorm(x), position, keys, values, slot, count)
+        return self.feed_forward(x + self.post_attention_layernorm(attn)), keys, values
 
 
 class Gemma3TextModel(nn.Module):
@@ -155,6 +194,7 @@ class Gemma3TextModel(nn.Module):
         self.cfg = cfg
         self.layers = [Gemma3DecoderLayer(cfg, t == "sliding_attention") for t in cfg.layer_types]
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self._compiled = compute.CompiledFunctions()
 
     def make_caches(self) -> list[Union[KVCache, RotatingKVCache]]:
         return [RotatingKVCache(self.cfg.sliding_window) if t == "sliding_attention" else KVCache()
@@ -162,6 +202,28 @@ class Gemma3TextModel(nn.Module):
 
     def __call__(self, x: mx.array, caches: list) -> mx.array:
         # [B, L, H] -> [B, L, H] (after the final norm)
+        if x.shape[1] == 1 and caches[0].offset > 0:
+            return self.step(x, caches)
         for layer, cache in zip(self.layers, caches):
             x = layer(x, cache)
         return self.norm(x)
+
+    def step(self, x: mx.array, caches: list) -> mx.array:
+        """One position after a warm-up: the whole stack as one compiled function over fixed-shape cache buffers
+        (they grow by CACHE_STEP positions, so it is traced again only then). [B, 1, H] -> [B, 1, H]"""
+        slots, counts = zip(*(cache.reserve_step() for cache in caches))
+        buffers = [a for cache in caches for a in (cache.keys, cache.values)]
+        position = mx.array(caches[0].offset)
+        fn = self._compiled.get("step", self.run_step, [self])  # traced again when a buffer's shape changes
+        out, *buffers = fn(x, position, mx.array(slots), mx.array(counts), *buffers)
+        for i, cache in enumerate(caches):
+            cache.keys, cache.values = buffers[2 * i], buffers[2 * i + 1]
+            cache.offset += 1
+        return out
+
+    def run_step(self, x: mx.array, position: mx.array, slots: mx.array, counts: mx.array, *buffers) -> tuple:
+        out = []
+        for i, layer in enumerate(self.layers):
+            x, keys, values = layer.step(x, position, buffers[2 * i], buffers[2 * i + 1], slots[i:i + 1], counts[i])
+            out += [keys, values]
+        return (self.norm(x), *out)

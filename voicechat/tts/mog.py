@@ -22,11 +22,10 @@ GUMBEL_EPS = 1e-8  # SPEC §2.5.7: inside both logs of -log(-log(u + eps) + eps)
 # randomness
 # ----------------------------------------------------------------------------------------------------------------
 class NoiseSource(Protocol):
-    """The two draws of one MoG iteration, in NeMo's order: ``gumbel`` first, then ``normal``."""
+    """The random draws of one frame's n MoG iterations: (Gumbel [n, 1, components], normal [n, 1, latent]);
+    iteration i uses gumbel[i], then normal[i] (NeMo's order)."""
 
-    def gumbel(self, shape: tuple) -> mx.array: ...
-
-    def normal(self, shape: tuple) -> mx.array: ...
+    def frame(self, n: int, components: int, latent: int) -> tuple[mx.array, mx.array]: ...
 
 
 def gumbel_from_uniform(u: mx.array) -> mx.array:
@@ -34,20 +33,15 @@ def gumbel_from_uniform(u: mx.array) -> mx.array:
 
 
 class KeyNoise:
-    """Draws from an explicit ``mx.random`` key, split once per draw, so a session's draws depend only on its seed."""
+    """Draws from an explicit ``mx.random`` key, split once per frame, so a session's draws depend only on its seed."""
 
     def __init__(self, seed_or_key):
         self.key = mx.random.key(seed_or_key) if isinstance(seed_or_key, int) else seed_or_key
 
-    def _next(self) -> mx.array:
-        self.key, sub = mx.random.split(self.key)
-        return sub
-
-    def gumbel(self, shape: tuple) -> mx.array:
-        return gumbel_from_uniform(mx.random.uniform(shape=shape, key=self._next()))
-
-    def normal(self, shape: tuple) -> mx.array:
-        return mx.random.normal(shape=shape, key=self._next())
+    def frame(self, n: int, components: int, latent: int) -> tuple[mx.array, mx.array]:
+        self.key, g, z = mx.random.split(self.key, 3)
+        return (gumbel_from_uniform(mx.random.uniform(shape=(n, 1, components), key=g)),
+                mx.random.normal(shape=(n, 1, latent), key=z))
 
 
 # ----------------------------------------------------------------------------------------------------------------
