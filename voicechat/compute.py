@@ -50,14 +50,23 @@ def speech_dtype() -> mx.Dtype:
     return mx.bfloat16 if on_gpu() else mx.float32
 
 
+def compile_enabled() -> bool:
+    """Fuse the fixed-shape per-frame functions with ``mx.compile`` on a GPU, where a frame is bound by the number
+    of kernels (GPU.md); on the CPU the compiled graphs measured slower (LLM step 206 vs 154 ms, medium checkpoint).
+    ``VOICECHAT_COMPILE=1`` / ``0`` forces it on / off."""
+    forced = os.environ.get("VOICECHAT_COMPILE")
+    return on_gpu() if forced is None else forced == "1"
+
+
 class CompiledFunctions:
-    """``mx.compile``d functions by key, built on first use and kept. The modules a function reads are its implicit
-    inputs, so later weight loads or quantization are seen. A plain object: not part of any parameter tree."""
+    """Per-frame functions by key, compiled on first use when :func:`compile_enabled` and kept. The modules a
+    function reads are its implicit inputs, so later weight loads or quantization are seen. A plain object: not
+    part of any parameter tree."""
 
     def __init__(self):
         self.functions: dict = {}
 
     def get(self, key, fn, modules: list):
         if key not in self.functions:
-            self.functions[key] = mx.compile(fn, inputs=list(modules))
+            self.functions[key] = mx.compile(fn, inputs=list(modules)) if compile_enabled() else fn
         return self.functions[key]

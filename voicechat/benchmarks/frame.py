@@ -77,9 +77,7 @@ def frame_ops(model) -> dict:
     tts_ops = count_ops(frame, *tts_state.arrays())
     mx.eval(frame, tts_state.arrays())
     codec = net.tts_model.audio_codec
-    z = codec.prvq.decode(frame.reshape(1, 1, -1))
-    x, histories = codec.decoder(z, codec.decoder.initial_histories(1))
-    codec_ops = count_ops(x, *histories)
+    codec_ops = count_ops(*codec.decode_frame(frame.reshape(1, 1, -1), *codec.decoder.initial_histories(1)))
     return {"llm": llm_ops, "tts": tts_ops, "codec": codec_ops, "total": llm_ops + tts_ops + codec_ops}
 
 
