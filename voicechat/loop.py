@@ -63,16 +63,15 @@ def tts_settings(cfg: ModelConfig, gen: GenerationConfig) -> TTSSettings:
 # ----------------------------------------------------------------------------------------------------------------
 # text sampling (BR's _sample_text_token)
 # ----------------------------------------------------------------------------------------------------------------
-def sample_text_token(logits: mx.array, history: list[int], specials: set[int], gen: GenerationConfig,
+def sample_text_token(logits: mx.array, best: int, history: np.ndarray, specials: set[int], gen: GenerationConfig,
                       key: mx.array) -> int:
-    """Greedy at temperature 0. Otherwise, unless the argmax is pad/bos/eos (then it is kept): repetition penalty on
-    the distinct earlier ids except pad/bos/eos, temperature, top-p (keep the smallest prefix of the sorted
-    distribution whose mass reaches p, at least one id), then a draw. logits [V] -> id"""
-    best = int(mx.argmax(logits).item())
+    """Greedy at temperature 0 (``best`` is the argmax). Otherwise, unless the argmax is pad/bos/eos (then it is
+    kept): repetition penalty on the distinct earlier ids except pad/bos/eos, temperature, top-p (keep the smallest
+    prefix of the sorted distribution whose mass reaches p, at least one id), then a draw. logits [V] -> id"""
     if gen.text_temperature == 0.0 or best in specials:
         return best
     x = logits.astype(mx.float32)
-    seen = sorted(set(history) - specials)
+    seen = sorted(set(np.unique(history).tolist()) - specials)
     if gen.text_repetition_penalty != 1.0 and seen:
         idx = mx.array(seen)
         old = x[idx]
@@ -313,16 +312,18 @@ class Run:
         prev_text = mx.array([int(self.text[t - 1]) if t else c.pad_id])
         prev_func = mx.array([int(self.func[t - 1]) if t else c.pad_id]) if self.stt.function_head is not None else None
         text, func = lm.step(self.stt, c, self.lm_state, audio[t][None], prev_text, prev_func)
-        out = (text, *self.lm_state.arrays) if func is None else (text, func, *self.lm_state.arrays)
+        best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1)  # greedy ids, in the same graph
+        out = (best, text, *self.lm_state.arrays)
         self.clock.stage("llm", t0, *out)
         return out
 
-    def read_tokens(self, t: int, text_logits: mx.array, *rest) -> None:
+    def read_tokens(self, t: int, best: mx.array, text_logits: mx.array, *state) -> None:
         """text[t] sampled (greedy by default), function[t] greedy (SPEC §1.2 F)."""
+        ids = best.reshape(-1).tolist()
         self.text_key, sub = mx.random.split(self.text_key)
-        self.text[t] = sample_text_token(text_logits[0], self.text[:t].tolist(), self.specials, self.gen, sub)
+        self.text[t] = sample_text_token(text_logits[0], ids[0], self.text[:t], self.specials, self.gen, sub)
         if self.stt.function_head is not None:
-            self.func[t] = int(mx.argmax(rest[0][0]).item())
+            self.func[t] = ids[1]
 
     def speak(self, t: int) -> Optional[FrameWork]:
         """The TTS step of position t (none at t = 0) and the codec's new samples, lazy; None if there is no work."""
