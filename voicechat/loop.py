@@ -280,7 +280,9 @@ class Run:
         self.shown = ("", "")
 
         # One evaluation per frame: the LLM's position t together with the TTS and codec work of position t - 1
-        # (which needed text[t - 1] on the host first).
+        # (which needed text[t - 1] on the host first). The two depend on nothing of each other, so they are built
+        # on two streams and run side by side (two CPU cores; overlapping kernels on a GPU).
+        self.llm_stream, self.speech_stream = mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device())
         pending, t = None, 0
         for t in range(total):
             t0 = time.perf_counter()
@@ -311,8 +313,9 @@ class Run:
         t0 = time.perf_counter()
         prev_text = mx.array([int(self.text[t - 1]) if t else c.pad_id])
         prev_func = mx.array([int(self.func[t - 1]) if t else c.pad_id]) if self.stt.function_head is not None else None
-        text, func = lm.step(self.stt, c, self.lm_state, audio[t][None], prev_text, prev_func)
-        best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1)  # greedy ids, in the same graph
+        with mx.stream(self.llm_stream):
+            text, func = lm.step(self.stt, c, self.lm_state, audio[t][None], prev_text, prev_func)
+            best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1)  # greedy ids, same graph
         out = (best, text, *self.lm_state.arrays)
         self.clock.stage("llm", t0, *out)
         return out
@@ -327,6 +330,10 @@ class Run:
 
     def speak(self, t: int) -> Optional[FrameWork]:
         """The TTS step of position t (none at t = 0) and the codec's new samples, lazy; None if there is no work."""
+        with mx.stream(self.speech_stream):
+            return self.speak_on_stream(t)
+
+    def speak_on_stream(self, t: int) -> Optional[FrameWork]:
         c, s = self.cfg, self.settings
         work = FrameWork(t)
         if t >= 1:
