@@ -197,3 +197,19 @@ def test_text_sampling_rules():
     assert draws == {12}  # an argmax of pad/bos/eos is kept as is (BR's rule)
     spread = {sample(logits, [], GenerationConfig(text_temperature=5.0), mx.random.key(s)) for s in range(40)}
     assert len(spread) > 2
+
+
+@pytest.mark.parametrize("run", ["sampled_aria", "v2_greedy_aria"])
+def test_compiled_frame_functions_keep_parity(run, monkeypatch):
+    """On a GPU the per-frame functions are fused with mx.compile (fixed-shape caches, masked attention over their
+    capacity); forced on here, the loop stays NeMo-exact."""
+    monkeypatch.setenv("VOICECHAT_COMPILE", "1")
+    name, tts = RUNS[run]
+    m = voicechat.load(NEMO / name)  # a fresh model: compiled functions are built on its first frame
+    ref = reference(run)
+    noise = ReplayNoise(ref) if "tts.noise.gumbel" in ref else None
+    r = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **tts), tts_noise=noise)
+    assert type(m.net.stt_model.llm._compiled.functions["decode"]).__name__ != "method"  # really compiled
+    assert np.array_equal(r.text_tokens, ref["stt.gen_text_full"][0])
+    assert np.array_equal(r.audio_codes, ref["out.gen_audio_codes"][0])
+    assert np.abs(r.audio - ref["out.audio"][0]).max() < 1e-4
