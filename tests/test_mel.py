@@ -86,6 +86,8 @@ def test_features_match_nemo(run, buffers):
     resolvable = energy >= QUIET * energy.sum(axis=1, keepdims=True)
     assert resolvable.mean() > 0.9
     assert np.abs(ours[0, :valid] - nemo[0, :valid])[resolvable].max() <= PARITY
+    if run == "greedy":  # the foundation fixture (80 mels): every bin within 1e-4 of NeMo (measured 5.5e-5)
+        assert np.abs(ours - nemo).max() <= PARITY
 
 
 @pytest.mark.parametrize("samples", [1, 159, 160, 161, 319, 320, 321, 1599, 1600, 1601, 16000])
