@@ -9,6 +9,13 @@ import numpy as np
 TESTS = Path(__file__).parent
 NEMO = TESTS / "fixtures" / "nemo"
 HARNESS_WAV = NEMO / "question_16k.wav"
+# the harness's runs: checkpoint and TTS sampling ("greedy": top-k 1 keeps the best MoG component and noise 0 removes
+# the normal draw, so no randomness is left; "sampled": NeMo's defaults, with every draw recorded)
+HARNESS_TTS = {"greedy": dict(guidance_scale=0.5, top_k=1, noise_scale=0.0),
+               "sampled": dict(guidance_scale=0.5, top_p=0.8, noise_scale=0.8)}
+HARNESS_RUNS = {"greedy": ("tiny_model", "greedy"), "sampled": ("tiny_model", "sampled"),
+                "greedy_aria": ("tiny_model_aria", "greedy"), "sampled_aria": ("tiny_model_aria", "sampled"),
+                "v2_greedy_aria": ("tiny_v2_aria", "greedy")}
 
 
 class ReplayNoise:

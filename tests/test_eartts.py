@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from conftest import NEMO, ReplayNoise
+from conftest import HARNESS_RUNS, HARNESS_TTS, NEMO, ReplayNoise
 import mlx.core as mx
 from tokenizers import Tokenizer
 
@@ -21,15 +21,8 @@ from voicechat.tts.mog import KeyNoise
 from voicechat.tts.subword import FLAG_TABLE_KEYS
 
 TOL = 1e-4
-GREEDY = dict(guidance_scale=0.5, top_k=1, noise_scale=0.0)  # harness --sampling greedy
-SAMPLED = dict(guidance_scale=0.5, top_p=0.8, noise_scale=0.8)  # NeMo's defaults
-RUNS = {  # run -> (checkpoint, generation settings)
-    "greedy": ("tiny_model", GREEDY),
-    "sampled": ("tiny_model", SAMPLED),
-    "greedy_aria": ("tiny_model_aria", GREEDY),
-    "sampled_aria": ("tiny_model_aria", SAMPLED),
-    "v2_greedy_aria": ("tiny_v2_aria", GREEDY),
-}
+GREEDY = HARNESS_TTS["greedy"]
+RUNS = {run: (name, HARNESS_TTS[tts]) for run, (name, tts) in HARNESS_RUNS.items()}  # run -> (checkpoint, settings)
 
 
 @lru_cache(maxsize=None)

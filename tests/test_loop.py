@@ -9,22 +9,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import HARNESS_WAV, NEMO, ReplayNoise
+from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, Cancelled, GenerationConfig
 from voicechat.loop import QUIET_FRAMES_AFTER_ANSWER, Run, Timeline, sample_text_token
 
 PROMPT = "You are a helpful assistant."
-# the harness's greedy TTS (top-k 1 keeps the best MoG component, noise 0) and NeMo's default sampling
-GREEDY = dict(tts_guidance_scale=0.5, tts_top_k=1, tts_noise_scale=0.0)
-SAMPLED = dict(tts_guidance_scale=0.5, tts_top_p=0.8, tts_noise_scale=0.8)
-RUNS = {
-    "greedy": ("tiny_model", GREEDY),
-    "sampled": ("tiny_model", SAMPLED),
-    "greedy_aria": ("tiny_model_aria", GREEDY),
-    "sampled_aria": ("tiny_model_aria", SAMPLED),
-    "v2_greedy_aria": ("tiny_v2_aria", GREEDY),
-}
+SETTINGS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}  # GenerationConfig
+GREEDY = SETTINGS["greedy"]
+RUNS = {run: (name, SETTINGS[tts]) for run, (name, tts) in HARNESS_RUNS.items()}
 
 
 @lru_cache(maxsize=None)

@@ -571,6 +571,24 @@ def parse_mog(d: dict) -> MoGConfig:
     )
 
 
+def tts_structure(tts: dict, backbone: dict, char_encoder: dict, mog: dict, frozen_projection: bool) -> dict:
+    """The EAR-TTS architecture fields both formats share (``frozen_projection``: the format's default for
+    ``use_audio_prompt_frozen_projection``)."""
+    return dict(
+        backbone=parse_gemma(backbone),
+        char_encoder=parse_char_encoder(char_encoder),
+        mog=parse_mog(mog),
+        latent_size=int(_get(tts, "latent_size")),
+        codebook_size=int(_get(tts, "codebook_size")),
+        num_quantizers=int(_get(tts, "num_quantizers")),
+        exponent=float(tts.get("exponent", 3.0)),
+        use_gated_fusion=bool(tts.get("use_gated_fusion_for_text_audio", True)),
+        use_subword_flag_emb=bool(tts.get("use_subword_flag_emb", True)),
+        use_bos_eos_emb=bool(tts.get("use_bos_eos_emb", True)),
+        use_audio_prompt_frozen_projection=bool(tts.get("use_audio_prompt_frozen_projection", frozen_projection)),
+    )
+
+
 def split_top_p_or_k(value: Any) -> tuple[Optional[float], Optional[int]]:
     """NeMo's ``inference_top_p_or_k``: an int is top-k, a float top-p (SPEC §2.5.7)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -637,17 +655,8 @@ def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: O
         audio=AudioConfig(parse_preprocessor(_get(perception, "preprocessor")), parse_encoder(_get(perception, "encoder")),
                           output_dim, rnnt),
         tts=TTSConfig(
-            backbone=parse_gemma(_get(tts, "backbone_config")),
-            char_encoder=parse_char_encoder(_get(tts, "cas_config.backbone_config.encoder")),
-            mog=parse_mog(_get(tts, "mog_head_config")),
-            latent_size=int(_get(tts, "latent_size")),
-            codebook_size=int(_get(tts, "codebook_size")),
-            num_quantizers=int(_get(tts, "num_quantizers")),
-            exponent=float(tts.get("exponent", 3.0)),
-            use_gated_fusion=bool(tts.get("use_gated_fusion_for_text_audio", True)),
-            use_subword_flag_emb=bool(tts.get("use_subword_flag_emb", True)),
-            use_bos_eos_emb=bool(tts.get("use_bos_eos_emb", True)),
-            use_audio_prompt_frozen_projection=bool(tts.get("use_audio_prompt_frozen_projection", False)),
+            **tts_structure(tts, _get(tts, "backbone_config"), _get(tts, "cas_config.backbone_config.encoder"),
+                            _get(tts, "mog_head_config"), frozen_projection=False),
             guidance_scale=float(speech.get("inference_guidance_scale", 0.5)),
             top_p=top_p,
             top_k=top_k,
@@ -731,18 +740,8 @@ def parse_runtime(cfg: dict) -> ModelConfig:
         audio=AudioConfig(parse_preprocessor(_get(audio, "preprocessor")), parse_encoder(_get(audio, "encoder")),
                           int(audio.get("output_dim", llm.hidden_size)), rnnt),
         tts=TTSConfig(
-            backbone=parse_gemma(tts),
-            char_encoder=parse_char_encoder(_get(tts, "character_encoder")),
-            mog=parse_mog(_get(tts, "mog_head")),
-            latent_size=int(_get(tts, "latent_size")),
-            codebook_size=int(_get(tts, "codebook_size")),
-            num_quantizers=int(_get(tts, "num_quantizers")),
-            exponent=float(tts.get("exponent", 3.0)),
+            **tts_structure(tts, tts, _get(tts, "character_encoder"), _get(tts, "mog_head"), frozen_projection=True),
             num_iterations=int(tts.get("num_iterations", 8)),
-            use_gated_fusion=bool(tts.get("use_gated_fusion_for_text_audio", True)),
-            use_subword_flag_emb=bool(tts.get("use_subword_flag_emb", True)),
-            use_bos_eos_emb=bool(tts.get("use_bos_eos_emb", True)),
-            use_audio_prompt_frozen_projection=bool(tts.get("use_audio_prompt_frozen_projection", True)),
             guidance_scale=float(tts.get("guidance_scale", 0.2)),
             top_p=top_p,
             top_k=top_k,

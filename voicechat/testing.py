@@ -27,7 +27,7 @@ from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .config import parse_nested, with_token_ids
+from .config import NANO_9B_V2_CONFIG, parse_nested, with_token_ids
 from .model import VoiceChatModel
 from .tokenizer import TextTokenizer
 from .tts.subword import flag_tables
@@ -39,7 +39,7 @@ CORPUS = (
     "The capital of France is Paris. Hello, how can I help you today? The weather is sunny and warm. "
     "Please tell me a short story about a dog that found its way home, and then say goodbye. Thank you! "
 )
-RELEASE_PATTERN = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
+RELEASE_PATTERN = NANO_9B_V2_CONFIG["hybrid_override_pattern"]
 DIMS = {
     # the same shape rules as the release (hybrid pattern with every layer type, 31 codebooks, 1764 samples per code
     # frame, 37 warm-up frames, joint_net.2, GQA-free Gemma, ...) at widths that run in milliseconds
