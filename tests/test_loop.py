@@ -156,8 +156,26 @@ def test_progress_is_reported_per_frame_and_can_cancel():
     with pytest.raises(Cancelled):
         model("tiny_model").generate(HARNESS_WAV, system_prompt=PROMPT,
                                      config=GenerationConfig(reference=True, **GREEDY), progress=progress)
-    assert [d for d, _, _ in seen] == list(range(1, 16))  # every timeline frame (the TTS runs on prompt frames too)
-    assert {t for _, t, _ in seen} == {39}
+    assert seen[:2] == [(0, 11 + 27, "perception"), (0, 39, "prompt")]  # announced before they run
+    frames = seen[2:]
+    assert [d for d, _, _ in frames] == list(range(1, 16))  # every timeline frame (the TTS runs on prompt frames too)
+    assert {(t, s) for _, t, s in frames} == {(39, "frames")}
+
+
+def test_the_transcript_stage_is_announced_and_can_cancel(tmp_path):
+    from voicechat.testing import write_checkpoint
+
+    stages = []
+
+    def progress(done, total, update):
+        stages.append(update.stage)
+        if update.stage == "transcript":
+            raise Cancelled("stop")
+
+    m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))  # has an RNNT head
+    with pytest.raises(Cancelled):
+        m.generate(HARNESS_WAV, config=GenerationConfig(extra_seconds=0.0), progress=progress)
+    assert stages[0] == "perception" and stages[-1] == "transcript" and stages.count("frames") == 28
 
 
 def test_release_layout_runs_every_channel(tmp_path):

@@ -258,6 +258,8 @@ class Run:
     def execute(self, x: np.ndarray, heard: int, system_prompt: str, speaker, tts_noise) -> Result:
         c, gen = self.cfg, self.gen
         prompt_ids = [c.bos_id, *self.m.tokenizer.encode(system_prompt), c.eos_id] if system_prompt else []
+        self.shown = ("", "")
+        self.announce("perception", 0, len(prompt_ids) + -(-len(x) // c.samples_per_input_frame))
         line, audio, asr = self.perceive(x, heard, prompt_ids)
         self.tts_state, self.prev_code = self.warm_up_tts(speaker, tts_noise)
         self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
@@ -267,6 +269,7 @@ class Run:
         self.codes = np.zeros((total, c.codec.num_quantizers), np.int64)  # frame 0 is never generated (SPEC §1.2 H)
         self.lm_state = lm.LMState(self.stt, c)
         if line.prompt:  # all prompt positions in one call; their predictions are discarded (SPEC §1.2 E)
+            self.announce("prompt", 0, total)
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, self.lm_state, mx.array(prompt_ids)[None])
             self.clock.add("prompt prefill", t0, self.lm_state.arrays)
@@ -277,7 +280,6 @@ class Run:
             self.codes[0] = np.asarray(self.silence)
         self.stream = self.tts.audio_codec.stream()
         self.pieces = []
-        self.shown = ("", "")
 
         # One evaluation per frame: the LLM's position t together with the TTS and codec work of position t - 1
         # (which needed text[t - 1] on the host first). The two depend on nothing of each other, so they are built
@@ -361,6 +363,12 @@ class Run:
         if self.progress is not None:
             self.report(work.t, total, line)
 
+    def announce(self, stage: str, done: int, total: int) -> None:
+        """Tell the progress callback a stage begins (it may raise to cancel)."""
+        if self.progress is not None:
+            elapsed = time.perf_counter() - self.clock.start
+            self.progress(done, total, FrameUpdate(stage, elapsed, done / max(elapsed, 1e-9), *self.shown))
+
     def report(self, t: int, total: int, line: Timeline) -> None:
         """progress(done, total, update); the texts are decoded again only when a channel said something new."""
         ids = [self.text[line.prompt:t + 1], self.func[line.prompt:t + 1]]
@@ -399,6 +407,8 @@ class Run:
     def result(self, line: Timeline, done: int, wave: np.ndarray, asr: mx.array) -> Result:
         c, gen, tok = self.cfg, self.gen, self.m.tokenizer
         text, func, codes = self.text, self.func, self.codes
+        if c.audio.rnnt is not None:
+            self.announce("transcript", done, line.length)
         user = self.transcript(line, asr, done)
         p, valid = line.prompt, line.valid_frames
         # NeMo's strings: the text after the prompt, cut to the valid length (SPEC §1.2 I); with turn markers the
