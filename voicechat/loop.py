@@ -64,7 +64,7 @@ def tts_settings(cfg: ModelConfig, gen: GenerationConfig) -> TTSSettings:
 # text sampling (BR's _sample_text_token)
 # ----------------------------------------------------------------------------------------------------------------
 def sample_text_token(logits: mx.array, best: int, history: np.ndarray, specials: set[int], gen: GenerationConfig,
-                      key: mx.array) -> int:
+                      key: Optional[mx.array]) -> int:
     """Greedy at temperature 0 (``best`` is the argmax). Otherwise, unless the argmax is pad/bos/eos (then it is
     kept): repetition penalty on the distinct earlier ids except pad/bos/eos, temperature, top-p (keep the smallest
     prefix of the sorted distribution whose mass reaches p, at least one id), then a draw. logits [V] -> id"""
@@ -325,7 +325,9 @@ class Run:
     def read_tokens(self, t: int, best: mx.array, text_logits: mx.array, *state) -> None:
         """text[t] sampled (greedy by default), function[t] greedy (SPEC §1.2 F)."""
         ids = best.reshape(-1).tolist()
-        self.text_key, sub = mx.random.split(self.text_key)
+        sub = None
+        if self.gen.text_temperature > 0:  # greedy decoding draws nothing (no per-frame key split)
+            self.text_key, sub = mx.random.split(self.text_key)
         self.text[t] = sample_text_token(text_logits[0], ids[0], self.text[:t], self.specials, self.gen, sub)
         if self.stt.function_head is not None:
             self.func[t] = ids[1]
