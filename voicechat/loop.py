@@ -102,9 +102,9 @@ class Model:
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None, *,
-                  noise=None, profile: bool = False) -> Result:
-        """``generate`` with the test and benchmark seams: ``noise`` replays the TTS random draws, ``profile`` syncs
-        at every stage boundary so the timings split honestly."""
+                  noise=None, profile: bool = False, script=None) -> Result:
+        """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
+        ``profile``, ``script``)."""
         gen = config or GenerationConfig()
         cfg = self.config
         x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
@@ -114,7 +114,7 @@ class Model:
         tracker = ProgressTracker(progress, self.prompt_length(system_prompt) + self.encoder_frames(len(x) + extra))
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, noise=noise, profile=profile,
-                          on_frame=tracker.frame)
+                          on_frame=tracker.frame, script=script)
         session.feed(x, cfg.input_sample_rate)
         # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
         heard = session.prompt_frames + min(-(-len(x) // cfg.samples_per_input_frame),

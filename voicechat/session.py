@@ -172,8 +172,13 @@ class Session:
     NVIDIA's offline loop does (SPEC §1.2 C-H). ``setup_seconds`` says how long that took."""
 
     def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
-                 config: Optional[GenerationConfig] = None, *, noise=None, profile: bool = False, on_frame=None):
+                 config: Optional[GenerationConfig] = None, *, noise=None, profile: bool = False, on_frame=None,
+                 script=None):
+        """Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
+        ``on_frame(frame)`` sees each finished frame, ``script(t, text_id, function_id) -> (text_id, function_id)``
+        replaces the model's ids at each position (a known channel for tests, a realistic workload for benchmarks)."""
         t0 = time.perf_counter()
+        self.script = script
         self.model, self.cfg = model, model.config
         self.gen = config or GenerationConfig()
         self.seed, self.system_prompt = seed, system_prompt
@@ -377,8 +382,12 @@ class Session:
         key = None
         if self.gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
             self.text_key, key = mx.random.split(self.text_key)
-        self.text.append(sample_text_token(text_logits[0], ids[0], np.array(self.text), self.specials, self.gen, key))
-        self.func.append(ids[1] if self.stt.function_head is not None else pad)
+        text_id = sample_text_token(text_logits[0], ids[0], np.array(self.text), self.specials, self.gen, key)
+        func_id = ids[1] if self.stt.function_head is not None else pad
+        if self.script is not None:
+            text_id, func_id = self.script(t, text_id, func_id)
+        self.text.append(text_id)
+        self.func.append(func_id)
 
     def _hear(self, encoded: mx.array, valid: bool) -> None:
         """One encoder frame of the transcript (SPEC §1.2 J: frames past the valid length skipped)."""
