@@ -385,7 +385,7 @@ class NemotronH(nn.Module):
                                                      x.dtype)))
                 states += [c.keys, c.values]
         slots, counts = (mx.array(v) for v in zip(*steps)) if steps else (mx.zeros((0,), mx.int32),) * 2
-        x, *states = self._compiled.get("decode", self.run_decode, [self])(x, slots, counts, *states)
+        x, *states = self._compiled.get("decode", self.run_decode)(x, slots, counts, *states)
         for c in cache.layers:
             if isinstance(c, MambaCache):
                 (c.conv, c.ssm), states = states[:2], states[2:]

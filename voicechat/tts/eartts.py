@@ -290,10 +290,8 @@ class RVQEARTTSModel(nn.Module):
         return generate(hidden, gumbels, normals, self.rvq_embs, self._codebook_norms.of(self.rvq_embs))
 
     def _code_generator(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float):
-        """The code generation of one setting, compiled (fixed shapes; its elementwise work fused). The MoG head and
-        the code embedding are implicit inputs, so later weight changes are seen."""
-        return self._compiled.get((scale, top_p, top_k, noise_scale),
-                                  partial(self._codes, scale, top_p, top_k, noise_scale), [self.mog_head, self.embed_code])
+        """The code generation of one setting, compiled (fixed shapes; its elementwise work fused)."""
+        return self._compiled.get((scale, top_p, top_k, noise_scale), partial(self._codes, scale, top_p, top_k, noise_scale))
 
     def _codes(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float,
                hidden: mx.array, gumbels: mx.array, normals: mx.array, codebooks: mx.array,

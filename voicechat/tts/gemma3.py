@@ -214,7 +214,7 @@ class Gemma3TextModel(nn.Module):
         slots, counts = zip(*(cache.reserve_step() for cache in caches))
         buffers = [a for cache in caches for a in (cache.keys, cache.values)]
         position = mx.array(caches[0].offset)
-        fn = self._compiled.get("step", self.run_step, [self])  # traced again when a buffer's shape changes
+        fn = self._compiled.get("step", self.run_step)  # traced again when a buffer's shape changes
         out, *buffers = fn(x, position, mx.array(slots), mx.array(counts), *buffers)
         for i, cache in enumerate(caches):
             cache.keys, cache.values = buffers[2 * i], buffers[2 * i + 1]
