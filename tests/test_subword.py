@@ -27,7 +27,7 @@ def encoder():
     vocab = tiny_vocab()
     enc = CharAwareSubwordEncoder(cfg.char_encoder, cfg.backbone.hidden_size, len(vocab))
     load_into(enc, read_weights(NEMO / "tiny_model"), prefix=PREFIX)
-    enc.char_table = CharTable.from_vocab(vocab)
+    enc.set_char_table(CharTable.from_vocab(vocab))
     return enc
 
 

@@ -59,15 +59,15 @@ def bench_input(frames: int, rate: int = RATE) -> np.ndarray:
 def speech_script(model, prompt_frames: int):
     """The text channel of the ``speech`` workload: after the prompt, a new subword id of the paragraph every
     ``WORDS_EVERY`` frames (the paragraph again when it runs out), pad between; the function channel as the model
-    says. -> script(t, text_id, function_id) for the session's seam."""
+    says. -> script(t) -> (text_id, None) for the session's seam."""
     ids = model.tokenizer.encode(PARAGRAPH)
     pad = model.config.pad_id
 
-    def script(t: int, text_id: int, function_id: int) -> tuple[int, int]:
+    def script(t: int) -> tuple[int, None]:
         k = t - prompt_frames
         if k < 0 or k % WORDS_EVERY:
-            return pad, function_id
-        return ids[(k // WORDS_EVERY) % len(ids)], function_id
+            return pad, None
+        return ids[(k // WORDS_EVERY) % len(ids)], None
 
     return script
 
