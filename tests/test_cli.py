@@ -10,7 +10,7 @@ import soundfile as sf
 
 from conftest import HARNESS_WAV, NEMO, TESTS
 from voicechat.__main__ import main
-from voicechat.testing import LAYOUTS, write_checkpoint
+from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 
 
 @pytest.fixture(scope="module")

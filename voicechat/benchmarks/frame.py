@@ -2,7 +2,7 @@
 
 Prints load time, prompt prefill time, and per 80 ms frame: perception, RNNT, LLM, TTS, codec and total (mean, p50,
 p95), the real-time factor, the number of MLX graph nodes one frame evaluates, and peak memory. Works on any
-checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.testing``).
+checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.random_checkpoint``).
 
 The input is ``--frames`` x 80 ms of the harness question (repeated) after the system prompt "You are a helpful
 assistant."; the run uses the checkpoint's TTS sampling and app mode with exactly that input (no appended silence).
