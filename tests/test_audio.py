@@ -179,11 +179,13 @@ def test_upload_longer_than_advised_warns_with_the_expected_wait(tmp_path):
     assert check.message == ("lecture.wav is 1 min 15 s long; recordings under 1 min work best. At the current speed "
                              "(RTF 2) the answer takes about 2 min 30 s.")
     assert check_upload(path).message == "lecture.wav is 1 min 15 s long; recordings under 1 min work best."
+    assert check_upload(path, 97.5).message.endswith("(RTF 97.5) the answer takes about 2 h 2 min.")  # a CPU
     assert not check_upload(path, 2.0, advised_seconds=90).warning
     with pytest.raises(AudioInputError, match="the limit is 60 s"):
         check_upload(path, max_seconds=60)
 
 
 def test_duration_words():
-    assert [duration_words(s) for s in (0.25, 9.4, 12.0, 59.4, 59.6, 75.0, 120.0, 3599.0, 3600.0, 7470.0)] == [
-        "0.2 s", "9.4 s", "12 s", "59 s", "1 min", "1 min 15 s", "2 min", "59 min 59 s", "1 h", "2 h 4 min"]
+    seconds = (0.25, 9.4, 12.0, 59.4, 59.6, 75.0, 120.0, 3599.0, 3599.6, 3600.0, 7312.5, 7470.0)
+    assert [duration_words(s) for s in seconds] == ["0.2 s", "9.4 s", "12 s", "59 s", "1 min", "1 min 15 s", "2 min",
+                                                    "59 min 59 s", "1 h", "1 h", "2 h 2 min", "2 h 4 min"]

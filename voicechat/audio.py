@@ -15,10 +15,9 @@ from typing import Optional, Union
 
 import numpy as np
 
+from .config import FRAME_SECONDS, MAX_INPUT_SECONDS
 from .errors import AudioInputError
 
-DEFAULT_MAX_SECONDS = 600.0  # 10 minutes
-FRAME_SECONDS = 0.08  # one step of the model's timeline (SPEC §1.2): a shorter recording has nothing to hear
 ADVISED_SECONDS = 60.0  # the model was trained on conversations of up to about 2 minutes; shorter questions work best
 
 
@@ -91,7 +90,7 @@ def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 
 def check_recording(x: np.ndarray, sample_rate: int, min_seconds: float = FRAME_SECONDS,
-                    max_seconds: float = DEFAULT_MAX_SECONDS) -> float:
+                    max_seconds: float = MAX_INPUT_SECONDS) -> float:
     """Refuse what the model cannot use (empty, NaN, shorter than ``min_seconds``, longer than ``max_seconds``);
     return the length in seconds. ``x``: mono float32 samples at ``sample_rate``."""
     if sample_rate <= 0:
@@ -110,7 +109,7 @@ def check_recording(x: np.ndarray, sample_rate: int, min_seconds: float = FRAME_
 
 
 def prepare_input(audio: Union[np.ndarray, str, Path], sample_rate: int | None, target_rate: int,
-                  min_samples: int, max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+                  min_samples: int, max_seconds: float = MAX_INPUT_SECONDS) -> np.ndarray:
     """The model's input: mono float32 at ``target_rate``, checked. ``audio`` is samples (with their rate) or a
     file path (rate read from the file)."""
     if isinstance(audio, (str, Path)):
@@ -137,7 +136,7 @@ class UploadCheck:
 
 
 def check_upload(path: Union[str, Path], realtime_factor: Optional[float] = None,
-                 advised_seconds: float = ADVISED_SECONDS, max_seconds: float = DEFAULT_MAX_SECONDS) -> UploadCheck:
+                 advised_seconds: float = ADVISED_SECONDS, max_seconds: float = MAX_INPUT_SECONDS) -> UploadCheck:
     """Decode and check an uploaded recording at upload time, before it waits in a queue. Raises
     :class:`AudioInputError` (one line) when it cannot be used; otherwise says its length, and warns with the
     expected wait (``seconds x realtime_factor``, the caller's measured or expected RTF) when it is longer than
@@ -149,19 +148,19 @@ def check_upload(path: Union[str, Path], realtime_factor: Optional[float] = None
         return UploadCheck(seconds, rate, f"{name}: {duration_words(seconds)}.", False)
     message = f"{name} is {duration_words(seconds)} long; recordings under {duration_words(advised_seconds)} work best."
     if realtime_factor:
-        message += (f" At the current speed (RTF {realtime_factor:.2g}) the answer takes about "
+        message += (f" At the current speed (RTF {realtime_factor:.3g}) the answer takes about "
                     f"{duration_words(seconds * realtime_factor)}.")
     return UploadCheck(seconds, rate, message, True)
 
 
 def duration_words(seconds: float) -> str:
-    """'45 s', '3 min 5 s', '2 h 4 min' (what a status line says)."""
+    """'45 s', '3 min 5 s', '2 h 4 min' (what a status line says; hours to the nearest minute)."""
     if seconds < 59.5:
         return f"{seconds:.0f} s" if seconds >= 9.5 else f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
+    if round(seconds) < 3600:
+        minutes, secs = divmod(round(seconds), 60)
         return f"{minutes} min" + (f" {secs} s" if secs else "")
-    hours, minutes = divmod(minutes, 60)
+    hours, minutes = divmod(round(seconds / 60), 60)
     return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 

@@ -22,6 +22,9 @@ from typing import Any, Optional, Union
 
 from .errors import ConfigError
 
+FRAME_SECONDS = 0.08  # one step of the model's timeline (SPEC §1.2): 1280 input samples, 1764 output samples
+MAX_INPUT_SECONDS = 600.0  # longer recordings are refused (10 minutes)
+
 NANO_9B_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
 NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"  # SPEC §4.1: the revision NVIDIA's TRT builder pins
 
@@ -321,7 +324,7 @@ class ModelConfig:
     pad_id: Optional[int] = None
     input_sample_rate: int = 16000
     output_sample_rate: int = 22050
-    frame_length: float = 0.08
+    frame_length: float = FRAME_SECONDS
     text_channel_weight: float = 1.0
     user_channel_weight: float = 1.0
     function_channel_weight: float = 1.0
@@ -347,7 +350,7 @@ class GenerationConfig:
     reference: bool = False  # NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept (SPEC §1.2 I)
     extra_seconds: Optional[float] = None  # fixed silence appended to the input; None = until the answer ends
     max_extra_seconds: float = 10.0
-    max_input_seconds: float = 600.0  # longer recordings are refused
+    max_input_seconds: float = MAX_INPUT_SECONDS
     text_temperature: float = 0.0  # 0 = greedy (NeMo); NVIDIA's wrapper uses 0.3 / 0.5 / 1.1
     text_top_p: float = 1.0
     text_repetition_penalty: float = 1.0
