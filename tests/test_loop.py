@@ -167,7 +167,7 @@ def test_progress_is_reported_per_frame_and_can_cancel():
 
 def test_the_transcript_comes_frame_by_frame(tmp_path):
     """The RNNT runs on each frame as it is heard: the per-frame pieces add up to the final transcript."""
-    from voicechat.testing import write_checkpoint
+    from voicechat.random_checkpoint import write_checkpoint
 
     m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))  # has an RNNT head
     session = m.session()
@@ -179,7 +179,7 @@ def test_the_transcript_comes_frame_by_frame(tmp_path):
 def test_release_layout_runs_every_channel(tmp_path):
     """Our own tiny checkpoint in the release layout has what NeMo 3.0.0 lacks: the function head (weight 2.0) and
     the RNNT transcript head; the loop fills both channels."""
-    from voicechat.testing import write_checkpoint
+    from voicechat.random_checkpoint import write_checkpoint
 
     m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))
     r = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(extra_seconds=0.0))

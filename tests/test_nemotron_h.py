@@ -12,8 +12,7 @@ import pytest
 from conftest import NEMO
 import mlx.core as mx
 
-from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import load_config
+from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.stt import nemotron_h
 from voicechat.stt.nemotron_h import NemotronH, segment_sum, step_sizes
 

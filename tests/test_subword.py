@@ -9,8 +9,7 @@ from conftest import NEMO
 import mlx.core as mx
 from tokenizers import Tokenizer
 
-from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import load_config
+from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.errors import ConfigError
 from voicechat.tts.subword import CHAR_VOCAB_SIZE, CharAwareSubwordEncoder, CharTable, flag_tables
 

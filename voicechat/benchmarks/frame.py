@@ -1,6 +1,6 @@
 """Per-frame speed of a checkpoint: ``python -m voicechat bench --model M [--frames N] [--minutes X] [--json out.json]``.
 
-Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.testing``):
+Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.random_checkpoint``):
 
 * load time, the prompt prefill (one call) and the session's setup (prefill, TTS warm-up, TTS over the prompt);
 * the offline loop (``generate`` on ``--frames`` x 80 ms of input): per 80 ms frame mean / p50 / p95 / p99 / max,
