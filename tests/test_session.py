@@ -8,7 +8,6 @@ encoder frames), so the positions the end creates are NeMo's too and no position
 
 from functools import lru_cache
 
-import mlx.core as mx
 import numpy as np
 import pytest
 import soundfile as sf

@@ -182,7 +182,7 @@ class RVQEARTTSModel(nn.Module):
     def set_text_vocab(self, vocab: dict[str, int], bos_id: Optional[int], eos_id: Optional[int],
                        fill_flag_tables: bool = False) -> None:
         """Attach the char table of the text tokenizer; with ``fill_flag_tables`` also compute the flag buffers
-        (for checkpoints that do not carry them: load with ``optional=subword.FLAG_TABLE_KEYS``)."""
+        (for checkpoints that do not carry them: load with ``optional=model.DERIVED_KEYS``)."""
         size = self.embed_subword.text_vocab_size
         if fill_flag_tables and len(vocab) != size:
             raise ConfigError(f"the text tokenizer has {len(vocab)} tokens, the TTS flag tables {size}")

@@ -27,8 +27,6 @@ from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 CHAR_VOCAB_SIZE = 256  # SPEC §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
 WORD_START_PREFIXES = ("Ġ", "▁", "<")  # SPEC §2.5.3: tokens starting with these are not continuations
-# Buffers NeMo checkpoints carry and some published ones do not; the model fills them with flag_tables().
-FLAG_TABLE_KEYS = (r"\.is_continuation$", r"\.special_flags$", r"\.pad_tensor$")
 
 
 # ----------------------------------------------------------------------------------------------------------------
