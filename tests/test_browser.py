@@ -100,7 +100,7 @@ def test_upload_run_and_see_the_answer(served, page):
     status = page.locator("#vc-status")
     words = model.tokenizer.encode(model.answer)
     half = words[: len(words) // 2]
-    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half))):
+    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half), app.NVIDIA_PROMPT)):
         gate.release()
     expect(page.locator("#vc-assistant textarea")).to_have_value(model.decoded(half), timeout=30000)
     expect(status).to_contain_text(re.compile(r"frame \d+ of \d+ · .*RTF"))
