@@ -362,7 +362,8 @@ class RecordAndRun:
          .then(self.buttons_idle, None, [run_btn, cancel_btn], api_visibility="private", queue=False))
         cancel_btn.click(self.cancel, None, status, api_name="cancel", queue=False)
         # checked when it arrives (upload, recording, example), not when Run is pressed
-        audio_in.change(self.check_input, audio_in, [audio_in, status], api_name="check", queue=False)
+        audio_in.change(self.check_input, audio_in, [audio_in, status], api_name="check", queue=False,
+                        show_progress="hidden")
         preset.change(lambda name: PROMPT_PRESETS[name], preset, prompt, api_visibility="private", queue=False)
         dice.click(lambda: secrets.randbelow(2**31), None, seed, api_visibility="private", queue=False)
         for button, values in ((greedy_btn, GREEDY_TEXT), (nvidia_btn, NVIDIA_TEXT)):
@@ -401,6 +402,8 @@ class RecordAndRun:
             check = check_upload(audio_path, realtime_factor=rtf)
         except AudioInputError as e:
             return None, status_html("error", "This recording cannot be used", str(e))
+        if status.state in (eng.FAILED, eng.CLOSED):
+            return gr.skip(), gr.skip()  # the card keeps saying that the model is not there, and what to do
         ready = "Press Run (Ctrl+Enter)." if status.state == eng.READY else "Run works once the model is loaded."
         if not check.warning:
             return gr.skip(), status_html("idle", "Recording ready", f"{check.message} {ready}")
@@ -573,8 +576,9 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
         with gr.Accordion("What this model can and cannot do", open=False):
             gr.Markdown(LIMITS)
         timer = gr.Timer(1.0)
-        timer.tick(page.on_tick, None, page.outputs(model_line, timer), api_visibility="private", queue=False)
-        demo.load(page.on_load, None, page.outputs(model_line, timer), api_visibility="private", queue=False)
+        for event, handler in ((timer.tick, page.on_tick), (demo.load, page.on_load)):
+            event(handler, None, page.outputs(model_line, timer), api_visibility="private", queue=False,
+                  show_progress="hidden")
     demo.queue()
     return demo
 

@@ -145,3 +145,9 @@ def test_the_overview_spans_the_whole_answer_in_the_page_width():
     window = re.search(r'<rect class="vc-tl-window" x="0" y="0" width="([\d.]+)"', html)  # until measured
     ppf = float(re.search(r'data-px-per-frame="([\d.]+)"', html).group(1))
     assert float(window.group(1)) == pytest.approx(tl.FILL_PX / ppf, abs=0.05)
+
+
+def test_what_a_token_shows():
+    assert tl.piece_label(eng.Piece(1, 5, " Paris", "ĠParis")) == "Paris"
+    assert tl.piece_label(eng.Piece(1, 6, " ", "Ġ")) == "␣"  # a space alone
+    assert tl.piece_label(eng.Piece(1, 7, "", "<tool_call>")) == "<tool_call>"  # no text: the token's name

@@ -68,8 +68,9 @@ def area_path(env: np.ndarray, x0: float, mid: float, half_h: float) -> str:
 
 
 def piece_label(piece) -> str:
-    """What a token shows: its text, or the tokenizer's name for a token without text (a special token)."""
-    return piece.text.strip() or piece.token
+    """What a token shows: its text, "␣" for a space alone, or the tokenizer's name for a token without text (a
+    special token)."""
+    return piece.text.strip() or ("␣" if piece.text else piece.token)
 
 
 def label_width(label: str) -> float:
@@ -205,7 +206,7 @@ def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
     return (f'<div class="vc-tl" data-frames="{span.frames}" data-px-per-frame="{span.px_per_frame:.4f}">'
             f'<div class="vc-tl-head">Overview</div>{overview(answer, span, waves)}{label_svg}'
             f'<div class="vc-tl-scroll">{detail(answer, span, waves, rows, chans, height)}</div></div>'
-            + LEGEND)
+            + legend(span.frame_seconds))
 
 
 def overview(answer, span: Span, waves) -> str:
@@ -296,12 +297,14 @@ def detail(answer, span: Span, waves, rows: dict, chans: list[Channel], height: 
     return "".join(out)
 
 
-LEGEND = (f'<div class="vc-tl-legend">One column = one 80 ms frame. '
-          f'<span style="color:{USER_COLOR}">■</span> your recording, '
-          f'<span style="color:{ASSISTANT_COLOR}">■</span> the answer, '
-          f'<span style="color:{TURN_COLOR}">│</span> assistant turn start / end (dashed), '
-          f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. Click or drag in the overview to move '
-          f'the detail; hover a word for its time and id.</div>')
+def legend(frame_seconds: float) -> str:
+    return (f'<div class="vc-tl-legend">One column = one {1000 * frame_seconds:.0f} ms frame. '
+            f'<span style="color:{USER_COLOR}">■</span> your recording, '
+            f'<span style="color:{ASSISTANT_COLOR}">■</span> the answer, '
+            f'<span style="color:{TURN_COLOR}">│</span> assistant turn start / end (dashed), '
+            f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. A long conversation scrolls sideways: '
+            f'click or drag in the overview to move there. Hover a word for its time and id.</div>')
+
 
 EMPTY = ('<div class="vc-tl-empty">The timeline appears here when an answer is ready: your recording and the answer '
          'on one 80 ms axis, with every word where it was spoken.</div>')
@@ -317,6 +320,7 @@ CSS = """
 .vc-tl svg text {font-family: ui-sans-serif, system-ui, sans-serif;}
 .vc-tl-legend {font-size: .85em; opacity: .75; margin-top: 4px;}
 .vc-tl-empty {opacity: .6; padding: 12px;}
+.vc-tl-fits .vc-tl-head, .vc-tl-fits .vc-tl-overview {display: none;}
 """ % LABEL_W
 
 # gr.HTML(js_on_load=SCRIPT): `element` is the component (its content is replaced with each new value; listeners on
@@ -328,9 +332,10 @@ const parts = () => {
   return {scroll: root.querySelector('.vc-tl-scroll'), mini: root.querySelector('.vc-tl-mini'),
           win: root.querySelector('.vc-tl-window'), ppf: +root.dataset.pxPerFrame, frames: +root.dataset.frames};
 };
-const sync = () => {  // the overview's window = the part of the detail in view
+const sync = () => {  // the overview's window = the part of the detail in view; no overview when all is in view
   const p = parts();
   if (!p) return;
+  p.scroll.parentElement.classList.toggle('vc-tl-fits', p.scroll.scrollWidth <= p.scroll.clientWidth);
   p.win.setAttribute('x', p.scroll.scrollLeft / p.ppf);
   p.win.setAttribute('width', Math.min(p.frames, p.scroll.clientWidth / p.ppf));
 };
