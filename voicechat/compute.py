@@ -38,7 +38,17 @@ def preload_blas() -> str | None:
     return None
 
 
+def keep_kernel_cache() -> None:
+    """MLX's CUDA backend compiles its kernels on first use (minutes for this model on a fresh machine) and caches
+    them under the system temp folder, which reboots clear: keep them in the user's cache folder instead, unless the
+    user chose a place (``MLX_PTX_CACHE_DIR``). Metal ships its kernels built; this changes nothing there."""
+    from pathlib import Path
+
+    os.environ.setdefault("MLX_PTX_CACHE_DIR", str(Path.home() / ".cache" / "voicechat" / "mlx-ptx"))
+
+
 BLAS = preload_blas()
+keep_kernel_cache()
 
 import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
 
