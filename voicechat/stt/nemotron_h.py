@@ -21,6 +21,7 @@ import mlx.nn as nn
 
 from ..cache import KVCache
 from ..config import LLMConfig
+from ..layers import CausalDepthwiseConv
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -165,26 +166,6 @@ def ssd_scan(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, c
 # ----------------------------------------------------------------------------------------------------------------
 # mixers
 # ----------------------------------------------------------------------------------------------------------------
-class CausalDepthwiseConv(nn.Module):
-    """``mixer.conv1d``: one K-tap kernel per channel over [x, B, C]; weight [C, K, 1] (the loader swaps torch's
-    [C, 1, K]). Computed as a weighted sum over an unfolded window: mlx's grouped conv1d is ~10x slower on CPU here."""
-
-    def __init__(self, channels: int, kernel: int, bias: bool):
-        super().__init__()
-        scale = kernel**-0.5
-        self.weight = mx.random.uniform(-scale, scale, (channels, kernel, 1))
-        if bias:
-            self.bias = mx.random.uniform(-scale, scale, (channels,))
-
-    def __call__(self, window: mx.array) -> mx.array:
-        # [B, K-1+L, C] -> [B, L, C]; window[:, l:l+K] feeds output l
-        b, t, c = window.shape
-        k = self.weight.shape[1]
-        taps = mx.as_strided(window, (b, t - k + 1, c, k), (t * c, c, 1, c))  # taps[b, l, c, i] = window[b, l+i, c]
-        out = (taps * self.weight.reshape(c, k)).sum(-1)
-        return out + self.bias if "bias" in self else out
-
-
 class Mamba2Mixer(nn.Module):
     """``layers.N.mixer`` for pattern letter M (SPEC §2.4)."""
 
