@@ -46,6 +46,14 @@ class Model:
         self.net = net
         self.directory = directory
         self._warmup_codes: dict = {}
+        self._streams: Optional[tuple] = None
+
+    def streams(self) -> tuple:
+        """The two device streams sessions build their positions on (the LLM's; the speech networks'), made once:
+        MLX keeps a stream's thread for the life of the process, so a stream per session would leak threads."""
+        if self._streams is None:
+            self._streams = (mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device()))
+        return self._streams
 
     # -- speaker ---------------------------------------------------------------------------------------------
     def speakers(self) -> list[str]:
