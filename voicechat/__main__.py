@@ -103,6 +103,27 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench_main(a)
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    from .realtime import serve
+
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    return 0
+
+
+def add_serve_parser(sub) -> None:
+    import os
+
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (see voicechat/realtime.py)")
+    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
+                   help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    s.set_defaults(func=cmd_serve)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m voicechat", description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -141,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--frames", type=int, default=50, help="timeline frames to time (default 50)")
     b.add_argument("--json", help="write the numbers here")
     b.set_defaults(func=cmd_bench)
+    add_serve_parser(sub)
     return p
 
 

@@ -1,0 +1,369 @@
+"""The Realtime (GA) WebSocket server, driven by the official ``openai`` SDK against ``python -m voicechat serve
+--demo`` running in its own process.
+
+Every GA event the server sends is validated against the SDK's own pydantic models (the SDK itself parses without
+validation, so this is the stricter check). Bad input is sent through the SDK's raw send or a bare socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai", reason="the Realtime tests need `pip install openai[realtime]`")
+pytest.importorskip("websockets", reason="the Realtime server needs `pip install websockets`")
+from openai.types.realtime import RealtimeServerEvent  # noqa: E402
+from pydantic import TypeAdapter  # noqa: E402
+from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
+
+from voicechat import realtime  # noqa: E402
+
+GA_EVENT = TypeAdapter(RealtimeServerEvent)
+TIMEOUT = 60.0  # seconds to wait for one server event (the CI machine is slow and shared)
+MODEL = "voicechat-demo"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the server process
+# ---------------------------------------------------------------------------------------------------------------
+class Server:
+    """``python -m voicechat serve --demo --port 0 ARGS``: its URLs and its log."""
+
+    def __init__(self, tmp: Path, *args: str):
+        self.log = tmp / "serve.log"
+        self.out = open(self.log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "voicechat", "serve", "--demo", "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=self.out, text=True,
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf")},
+                                     cwd=Path(__file__).parent.parent)
+        line = self.proc.stdout.readline()
+        while line and "Realtime API at" not in line:
+            line = self.proc.stdout.readline()
+        assert line, f"the server did not start:\n{self.log.read_text()}"
+        self.ws_url = re.search(r"ws://\S+", line).group(0)
+        self.base_url = self.ws_url.replace("ws://", "http://").removesuffix("/realtime")  # what SDK users pass
+
+    def log_text(self) -> str:
+        self.out.flush()
+        return self.log.read_text()
+
+    def mark(self) -> int:
+        return len(self.log_text())
+
+    def wait_for_log(self, pattern: str, since: int = 0, timeout: float = TIMEOUT) -> str:
+        """The first log line after offset ``since`` matching ``pattern`` (the server writes it when it has acted)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(f".*{pattern}.*", self.log_text()[since:])
+            if found:
+                return found.group(0)
+            time.sleep(0.05)
+        raise AssertionError(f"no log line matches {pattern!r}:\n{self.log_text()[since:]}")
+
+    def wait_idle(self, timeout: float = TIMEOUT) -> None:
+        """Until every admitted connection has closed (each logs ": open" and, once it let go, ": closed")."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            log = self.log_text()
+            if log.count(": open\n") == log.count(": closed\n"):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"a connection is still open:\n{self.log_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.out.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve-key"), "--api-key", "sesame")
+    yield s
+    s.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# client helpers
+# ---------------------------------------------------------------------------------------------------------------
+def client(server: Server, api_key: str = "unused") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(api_key=api_key, base_url=server.base_url)
+
+
+async def receive(conn) -> dict:
+    """The next server event as JSON; GA types must validate against the SDK's models."""
+    event = json.loads(await asyncio.wait_for(conn.recv_bytes(), TIMEOUT))
+    if not event["type"].startswith("voicechat."):
+        GA_EVENT.validate_python(event)
+    return event
+
+
+async def receive_until(conn, kind: str) -> list[dict]:
+    """Events up to and including the first of type ``kind``."""
+    events = [await receive(conn)]
+    while events[-1]["type"] != kind:
+        events.append(await receive(conn))
+    return events
+
+
+async def expect_error(conn, code: str, param: str | None = None, event_id: str | None = None) -> dict:
+    event = await receive(conn)
+    assert event["type"] == "error", event
+    assert event["error"]["code"] == code, event
+    if param is not None:
+        assert event["error"]["param"] == param, event
+    assert event["error"]["event_id"] == event_id
+    return event["error"]
+
+
+async def still_answers(conn) -> None:
+    """The connection still works after an error: a clear is acknowledged."""
+    await conn.input_audio_buffer.clear()
+    assert (await receive(conn))["type"] == "input_audio_buffer.cleared"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def open_session(server: Server, **query):
+    """Connect with the SDK and read session.created; returns (manager, connection, session)."""
+    server.wait_idle()
+    manager = client(server).realtime.connect(model=MODEL, extra_query=query)
+    conn = await manager.enter()
+    created = await receive(conn)
+    assert created["type"] == "session.created"
+    return manager, conn, created["session"]
+
+
+def serves_next_connection(server: Server) -> None:
+    """Once the previous connections have let go of the model, a new one is admitted."""
+    server.wait_idle()
+
+    async def scenario():
+        async with client(server).realtime.connect(model=MODEL) as conn:
+            assert (await receive(conn))["type"] == "session.created"
+    run(scenario())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# protocol layer (no server)
+# ---------------------------------------------------------------------------------------------------------------
+def test_pcm16_is_decoded_little_endian_and_checked():
+    samples = [0, 1, -1, 32767, -32768, 1234]
+    event = {"type": "input_audio_buffer.append", "audio": base64.b64encode(struct.pack("<6h", *samples)).decode()}
+    assert realtime.decode_audio(event).tolist() == samples
+    for audio, code in (("not base64!", "invalid_audio"), (base64.b64encode(b"\x01\x02\x03").decode(), "invalid_audio"),
+                        ("A" * (15 * 2 ** 20 + 4), "audio_too_large")):
+        with pytest.raises(realtime.ClientEventError) as e:
+            realtime.decode_audio({"audio": audio})
+        assert e.value.code == code
+    with pytest.raises(realtime.ClientEventError) as e:
+        realtime.decode_audio({})
+    assert (e.value.code, e.value.param) == ("missing_required_parameter", "audio")
+    x = np.array([0.0, 0.5, -0.5, 1.5, -1.5], np.float32)  # beyond full scale: clipped
+    assert struct.unpack("<5h", base64.b64decode(realtime.encode_audio(x))) == (0, 16384, -16384, 32767, -32767)
+
+
+def test_session_update_is_partial_and_validated():
+    cfg = realtime.SessionConfig().updated({"type": "realtime", "instructions": "Be brief."})
+    tool = {"type": "function", "name": "get_time", "description": "the time", "parameters": {"b": 1, "a": {}}}
+    cfg = cfg.updated({"type": "realtime", "audio": {"output": {"voice": "Aria", "format": dict(realtime.PCM)},
+                                                     "input": {"format": {"type": "audio/pcm", "rate": 24000},
+                                                               "turn_detection": {"type": "server_vad"}}},
+                       "tools": [tool]})
+    assert (cfg.instructions, cfg.voice) == ("Be brief.", "Aria")
+    assert cfg.tools == (realtime.FunctionTool("get_time", "the time", '{"a": {}, "b": 1}'),)
+    reordered = realtime.SessionConfig().updated({"type": "realtime", "tools": [{**tool, "parameters": {"a": {}, "b": 1}}]})
+    assert reordered.tools == cfg.tools  # the same declaration, in another key order, does not change the prompt
+    ga = cfg.ga("sess_1", MODEL)
+    realtime_session = {"type": "session.updated", "event_id": "e", "session": ga}
+    GA_EVENT.validate_python(realtime_session)
+    assert ga["tools"] == [tool | {"parameters": {"a": {}, "b": 1}}]
+    bad = [({"instructions": "x"}, "invalid_value", "session.type"),
+           ({"type": "transcription"}, "invalid_value", "session.type"),
+           ({"type": "realtime", "instructions": 3}, "invalid_value", "session.instructions"),
+           ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+            "invalid_value", "session.audio.input.format"),
+           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+            "invalid_value", "session.audio.output.format"),
+           ({"type": "realtime", "output_modalities": ["text"]}, "invalid_value", "session.output_modalities"),
+           ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}, "invalid_value",
+            "session.tools[0].type"),
+           ({"type": "realtime", "tools": [{"type": "function"}]}, "missing_required_parameter",
+            "session.tools[0].name"),
+           ({"type": "realtime", "tool_choice": "required"}, "invalid_value", "session.tool_choice")]
+    for session, code, param in bad:
+        with pytest.raises(realtime.ClientEventError) as e:
+            cfg.updated(session)
+        assert (e.value.code, e.value.param) == (code, param), session
+
+
+def test_client_events_are_parsed_or_rejected_with_ga_codes():
+    assert realtime.parse_client_event('{"type": "response.cancel"}') == {"type": "response.cancel"}
+    for text, code in (("{oops", "invalid_json"), ("[1, 2]", "invalid_json"), ('{"audio": ""}',
+                                                                              "missing_required_parameter")):
+        with pytest.raises(realtime.ClientEventError) as e:
+            realtime.parse_client_event(text)
+        assert e.value.code == code
+    for kind, code in (("response.dance", "invalid_value"), ("conversation.item.truncate", "unsupported_event")):
+        with pytest.raises(realtime.ClientEventError) as e:
+            realtime.event_kind({"type": kind})
+        assert (e.value.code, e.value.param) == (code, "type")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the server: connection, bad input, busy, auth
+# ---------------------------------------------------------------------------------------------------------------
+def test_sdk_connects_and_gets_a_ga_session(server):
+    async def scenario():
+        manager, conn, session = await open_session(server)
+        try:
+            assert session["type"] == "realtime" and session["model"] == MODEL
+            assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+            assert session["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
+        finally:
+            await conn.close()
+    run(scenario())
+
+
+def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
+    async def scenario():
+        manager, conn, _ = await open_session(server)
+        try:
+            await conn.send_raw("{this is not json")
+            await expect_error(conn, "invalid_json")
+            await conn.send_raw(b"\x00\x01binary")
+            await expect_error(conn, "invalid_json")
+            await conn.send_raw(json.dumps({"type": "response.dance", "event_id": "evt_1"}))
+            assert "response.dance" in (await expect_error(conn, "invalid_value", "type", "evt_1"))["message"]
+            await conn.send_raw(json.dumps({"type": "conversation.item.truncate", "item_id": "x", "content_index": 0,
+                                            "audio_end_ms": 0}))
+            await expect_error(conn, "unsupported_event", "type")
+            pcm = base64.b64encode(np.zeros(2400, "<i2").tobytes()).decode()
+            await conn.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": pcm, "event_id": "evt_2"}))
+            await expect_error(conn, "session_not_configured", event_id="evt_2")
+            await conn.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * (15 * 2 ** 20 + 4)}))
+            await expect_error(conn, "audio_too_large", "audio")
+            await conn.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": "AA=="}))  # 1 byte
+            await expect_error(conn, "invalid_audio", "audio")
+            await conn.session.update(session={"type": "realtime", "audio": {
+                "input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
+            await expect_error(conn, "invalid_value", "session.audio.input.format")
+            await conn.session.update(session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
+            await expect_error(conn, "invalid_value", "session.audio.input.format")
+            await conn.input_audio_buffer.commit()
+            await expect_error(conn, "input_audio_buffer_commit_empty")
+            await conn.response.cancel()
+            await expect_error(conn, "response_cancel_not_active")
+            await conn.conversation.item.create(item={"type": "message", "role": "user",
+                                                      "content": [{"type": "input_text", "text": "hi"}]})
+            await expect_error(conn, "invalid_value", "item.type")
+            await still_answers(conn)
+        finally:
+            await conn.close()
+    run(scenario())
+    log = server.log_text()
+    for code in ("invalid_json", "invalid_value", "unsupported_event", "session_not_configured", "audio_too_large",
+                 "invalid_audio", "input_audio_buffer_commit_empty", "response_cancel_not_active"):
+        assert re.search(f"connection \\d+ from \\S+: {code}: ", log), code  # the log says why
+    serves_next_connection(server)
+
+
+def handshake(port: int) -> socket.socket:
+    """A bare-socket WebSocket upgrade of /v1/realtime (a client we can make vanish at any byte)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET {realtime.PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 101"), reply
+    return sock
+
+
+def test_a_client_that_vanishes_mid_frame_frees_the_model(server):
+    port = int(re.search(r":(\d+)/", server.ws_url).group(1))
+    mark = server.mark()
+    sock = handshake(port)
+    # a masked text frame that announces 1000 payload bytes, of which 10 arrive before the socket dies
+    sock.sendall(bytes([0x81, 0x80 | 126]) + struct.pack(">H", 1000) + os.urandom(4) + b"x" * 10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no goodbye
+    sock.close()
+    name = re.match(r".*(connection \d+ from \S+): the client vanished without a close frame",
+                    server.wait_for_log("the client vanished without a close frame", mark)).group(1)
+    server.wait_for_log(f"{name}: closed", mark)
+    serves_next_connection(server)
+
+
+def test_a_second_connection_is_refused_with_server_busy_and_1013(server):
+    server.wait_idle()
+    mark = server.mark()
+
+    async def scenario():
+        first_manager, first, _ = await open_session(server)
+        try:
+            async with client(server).realtime.connect(model=MODEL) as second:
+                assert (await expect_error(second, "server_busy"))["type"] == "server_error"
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(second.recv_bytes(), TIMEOUT)
+                assert closed.value.rcvd.code == realtime.CLOSE_TRY_AGAIN_LATER
+            await still_answers(first)  # the first conversation is untouched
+        finally:
+            await first.close()
+    run(scenario())
+    server.wait_for_log("server_busy: connection", mark)
+    serves_next_connection(server)
+
+
+def test_api_key_is_required_when_set(keyed_server):
+    async def refused(api_key):
+        with pytest.raises(InvalidStatus) as e:
+            async with client(keyed_server, api_key).realtime.connect(model=MODEL):
+                pass
+        assert e.value.response.status_code == 403
+
+    async def accepted_with_header():
+        async with client(keyed_server, "sesame").realtime.connect(model=MODEL) as conn:
+            assert (await receive(conn))["type"] == "session.created"
+
+    async def accepted_with_browser_subprotocol():
+        from websockets.asyncio.client import connect
+
+        async with connect(keyed_server.ws_url, subprotocols=["realtime", "openai-insecure-api-key.sesame"]) as ws:
+            assert ws.subprotocol == "realtime"
+            assert json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["type"] == "session.created"
+
+    async def refused_without_key():
+        from websockets.asyncio.client import connect
+
+        with pytest.raises(InvalidStatus) as e:
+            async with connect(keyed_server.ws_url):
+                pass
+        assert e.value.response.status_code == 403
+
+    run(refused("wrong"))
+    run(refused_without_key())
+    keyed_server.wait_for_log("refused: no valid API key")  # the log says why
+    run(accepted_with_header())
+    run(accepted_with_browser_subprotocol())
