@@ -193,7 +193,8 @@ def test_session_update_is_partial_and_validated():
                        "tools": [tool]})
     assert (cfg.instructions, cfg.voice) == ("Be brief.", "Aria")
     assert cfg.tools == (realtime.FunctionTool("get_time", "the time", '{"a": {}, "b": 1}'),)
-    reordered = realtime.SessionConfig().updated({"type": "realtime", "tools": [{**tool, "parameters": {"a": {}, "b": 1}}]})
+    reordered = realtime.SessionConfig().updated({"type": "realtime",
+                                                  "tools": [{**tool, "parameters": {"a": {}, "b": 1}}]})
     assert reordered.tools == cfg.tools  # the same declaration, in another key order, does not change the prompt
     ga = cfg.ga("sess_1", MODEL)
     realtime_session = {"type": "session.updated", "event_id": "e", "session": ga}
@@ -269,7 +270,8 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
             await conn.session.update(session={"type": "realtime", "audio": {
                 "input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
             await expect_error(conn, "invalid_value", "session.audio.input.format")
-            await conn.session.update(session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
+            await conn.session.update(session={"type": "realtime",
+                                               "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
             await expect_error(conn, "invalid_value", "session.audio.input.format")
             await conn.input_audio_buffer.commit()
             await expect_error(conn, "input_audio_buffer_commit_empty")
@@ -286,6 +288,21 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
     for code in ("invalid_json", "invalid_value", "unsupported_event", "session_not_configured", "audio_too_large",
                  "invalid_audio", "input_audio_buffer_commit_empty", "response_cancel_not_active"):
         assert re.search(f"connection \\d+ from \\S+: {code}: ", log), code  # the log says why
+    serves_next_connection(server)
+
+
+def test_a_message_over_the_websocket_limit_closes_that_connection_cleanly(server):
+    mark = server.mark()
+
+    async def scenario():
+        manager, conn, _ = await open_session(server)
+        with pytest.raises(ConnectionClosed) as closed:
+            await conn.send_raw(json.dumps({"type": "input_audio_buffer.append",
+                                            "audio": "A" * (realtime.MAX_MESSAGE_BYTES + 1)}))
+            await asyncio.wait_for(conn.recv_bytes(), TIMEOUT)
+        assert closed.value.rcvd.code == 1009  # "message too big"
+    run(scenario())
+    server.wait_for_log("closed: the client sent a message over the 16 MiB WebSocket limit", mark)
     serves_next_connection(server)
 
 

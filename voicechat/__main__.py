@@ -113,8 +113,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
 def add_serve_parser(sub) -> None:
     import os
 
-    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (see voicechat/realtime.py)")
-    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
+    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id ({DEFAULT_MODEL})")
     s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")

@@ -48,6 +48,8 @@ CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 PCM = {"type": "audio/pcm", "rate": RATE}
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
+DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
+               1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
 
 # Client events this server acts on, and GA client events it knows but does not implement (LIVE.md §3.1).
 HANDLED = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
@@ -501,8 +503,7 @@ class Connection:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 code = message.get("code")
-                log.info("%s: the client %s (close code %s)", self.name,
-                         "vanished without a close frame" if code in (1005, 1006) else "went away", code)
+                log.info("%s: %s (close code %s)", self.name, DISCONNECTS.get(code, "the client went away"), code)
                 return
             if message.get("text") is None:
                 self.reject(ClientEventError("invalid_json", "binary messages are not events: send JSON text"), None)
