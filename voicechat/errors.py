@@ -26,3 +26,7 @@ class AudioInputError(VoiceChatError):
 
 class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
+
+
+class TimelineFull(VoiceChatError):
+    """A conversation that would pass the session's timeline limit."""
