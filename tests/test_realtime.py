@@ -29,6 +29,7 @@ from pydantic import TypeAdapter  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from voicechat import realtime  # noqa: E402
+from voicechat.session import Frame  # noqa: E402
 
 GA_EVENT = TypeAdapter(RealtimeServerEvent)
 TIMEOUT = 60.0  # seconds to wait for one server event (the CI machine is slow and shared)
@@ -230,6 +231,119 @@ def test_client_events_are_parsed_or_rejected_with_ga_codes():
         with pytest.raises(realtime.ClientEventError) as e:
             realtime.event_kind({"type": kind})
         assert (e.value.code, e.value.param) == (code, "type")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# frames -> GA events (hand-made frames: the tiny random model never says BOS or EOS)
+# ---------------------------------------------------------------------------------------------------------------
+def frame(position: int, text: str = "", turn: str | None = None, transcript: str = "") -> Frame:
+    audio = np.sin(np.arange(1764 * position, 1764 * (position + 1)) * 0.05).astype(np.float32) * 0.5
+    text_id = {"start": 1, "end": 2}.get(turn, 100 + position if text else 12)
+    return Frame(position, text_id, 12, np.full(31, position, np.int32), audio, text, "", transcript, turn,
+                 {"total": 0.01})
+
+
+def mapped(conversation: realtime.Conversation, frames) -> list[dict]:
+    events = [e for f in frames for e in conversation.frame(f, 0.0)]
+    for e in events:
+        if not e["type"].startswith("voicechat."):
+            GA_EVENT.validate_python({"event_id": "event_x", **e})
+    return events
+
+
+def types(events) -> list[str]:
+    return [e["type"] for e in events]
+
+
+RESPONSE_OPENS = ["response.created", "response.output_item.added", "conversation.item.added",
+                  "response.content_part.added"]
+RESPONSE_CLOSES = ["response.output_audio.done", "response.output_audio_transcript.done", "response.content_part.done",
+                   "response.output_item.done", "conversation.item.done", "response.done"]
+USER_CLOSES = ["conversation.item.input_audio_transcription.completed", "conversation.item.done"]
+
+
+def test_a_turn_from_bos_to_eos_is_one_response_and_the_users_words_one_item():
+    c = realtime.Conversation(frames_event=False)
+    events = mapped(c, [frame(0, transcript="hel"), frame(1, transcript="lo")])
+    assert types(events) == ["conversation.item.added"] + ["conversation.item.input_audio_transcription.delta"] * 2
+    user = events[0]["item"]
+    assert (user["role"], user["content"][0]["type"]) == ("user", "input_audio")
+    events = mapped(c, [frame(2, turn="start")])
+    assert types(events) == USER_CLOSES + RESPONSE_OPENS + ["response.output_audio.delta"]
+    assert events[0]["transcript"] == "hello" and events[0]["item_id"] == user["id"]
+    assert events[4]["previous_item_id"] == user["id"]  # the assistant's message follows the user's
+    response_id = events[2]["response"]["id"]
+    events = mapped(c, [frame(3, "Hi"), frame(4, " there"), frame(5, turn="end"), frame(6)])
+    assert types(events) == (["response.output_audio.delta", "response.output_audio_transcript.delta"] * 2
+                             + ["response.output_audio.delta"] + RESPONSE_CLOSES)  # frame 6: outside, no events
+    assert {e["response_id"] for e in events if "response_id" in e} == {response_id}
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"] == "Hi there"
+    assert done["output"][0]["status"] == "completed"
+
+
+def test_text_without_bos_opens_a_response_and_a_bos_inside_one_starts_the_next():
+    c = realtime.Conversation(frames_event=False)
+    assert types(mapped(c, [frame(0, "Hm")]))[:4] == RESPONSE_OPENS
+    first = c.response.id
+    events = mapped(c, [frame(1, turn="start")])
+    assert types(events) == RESPONSE_CLOSES + RESPONSE_OPENS + ["response.output_audio.delta"]
+    assert events[5]["response"]["id"] == first and c.response.id != first
+
+
+def test_cancel_ends_the_response_and_the_rest_of_the_turn_belongs_to_none():
+    c = realtime.Conversation(frames_event=False)
+    mapped(c, [frame(0, turn="start"), frame(1, "One")])
+    response_id = c.response.id
+    with pytest.raises(realtime.ClientEventError) as e:
+        c.cancel("resp_other")
+    assert e.value.code == "response_cancel_not_active"
+    events = c.cancel(response_id)
+    assert types(events) == RESPONSE_CLOSES
+    assert events[-1]["response"]["status"] == "cancelled"
+    assert events[-1]["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
+    assert mapped(c, [frame(2, " two"), frame(3, turn="end")]) == []  # the model finishes its turn unheard
+    assert types(mapped(c, [frame(4, "Next")]))[:4] == RESPONSE_OPENS
+    with pytest.raises(realtime.ClientEventError):
+        realtime.Conversation(frames_event=False).cancel(None)
+
+
+def test_commit_closes_the_users_item_even_before_any_words():
+    c = realtime.Conversation(frames_event=False)
+    events = c.commit()
+    assert types(events) == ["conversation.item.added", "input_audio_buffer.committed"] + USER_CLOSES
+    first = events[0]["item"]["id"]
+    assert events[1]["item_id"] == first and events[1]["previous_item_id"] is None
+    assert events[2]["transcript"] == ""
+    events = mapped(c, [frame(0, transcript="yes")]) + c.commit()
+    assert types(events) == ["conversation.item.added", "conversation.item.input_audio_transcription.delta",
+                             "input_audio_buffer.committed"] + USER_CLOSES
+    assert events[2]["item_id"] == events[0]["item"]["id"] != first
+    assert events[0]["previous_item_id"] == events[2]["previous_item_id"] == first
+    assert events[3]["transcript"] == "yes"
+
+
+def test_every_frames_audio_leaves_once_resampled_like_the_whole_answer():
+    """In-response audio in response.output_audio.delta, the rest in voicechat.frame: together they are the whole
+    answer resampled to 24 kHz at once (soxr), as PCM16."""
+    import soxr
+
+    c = realtime.Conversation(frames_event=True)
+    frames = [frame(0), frame(1, "A"), frame(2, "b"), frame(3, turn="end"), frame(4), frame(5, turn="start"),
+              frame(6)]
+    events = mapped(c, frames)
+    pcm = b"".join(base64.b64decode(e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"])
+                   for e in events if e["type"] == "response.output_audio.delta"
+                   or (e["type"] == "voicechat.frame" and e["audio"] is not None))
+    got = np.frombuffer(pcm, "<i2")
+    whole = soxr.resample(np.concatenate([f.audio for f in frames]), 22050, 24000)
+    expected = np.round(np.clip(whole, -1, 1) * 32767).astype(np.int16)
+    assert 0 < len(expected) - len(got) < 1920  # soxr works in blocks: it holds back under one frame (<= 42 ms)
+    assert np.array_equal(got, expected[:len(got)])
+    per_frame = [e for e in events if e["type"] == "voicechat.frame"]
+    assert [e["position"] for e in per_frame] == list(range(7))
+    assert [e["response_id"] is None for e in per_frame] == [True, False, False, False, True, False, False]
+    assert per_frame[2]["codes"] == [2] * 31 and per_frame[2]["text_id"] == 102 and per_frame[2]["text"] == "b"
 
 
 # ---------------------------------------------------------------------------------------------------------------

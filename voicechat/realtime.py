@@ -311,6 +311,7 @@ class Conversation:
         self.audio = AudioOut()
         self.response: Optional[Response] = None
         self.user: Optional[dict] = None  # the open user message item
+        self.user_previous: Optional[str] = None  # the item before it
         self.user_frames = (0, 0)  # first and last timeline position of the open user item's transcript
         self.muted = False  # after response.cancel, until the model's turn ends
         self.last_item: Optional[str] = None  # for previous_item_id
@@ -378,7 +379,7 @@ class Conversation:
         return out
 
     def open_user(self, position: int) -> list[dict]:
-        self.user = message_item(new_id("item"), "user", "input_audio")
+        self.user, self.user_previous = message_item(new_id("item"), "user", "input_audio"), self.last_item
         self.user_frames = (position, position)
         return [self.added(self.user)]
 
@@ -404,7 +405,7 @@ class Conversation:
         """input_audio_buffer.commit: the open user item (an empty one if the model heard no words yet) is done."""
         out = [] if self.user is not None else self.open_user(self.user_frames[1])
         committed = {"type": "input_audio_buffer.committed", "item_id": self.user["id"],
-                     "previous_item_id": out[0]["previous_item_id"] if out else None}
+                     "previous_item_id": self.user_previous}
         return out + [committed, *self.close_user()]
 
     def cancel(self, response_id: Optional[str]) -> list[dict]:
