@@ -146,6 +146,20 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def close(conn) -> None:
+    """Close while still reading: a websockets client stops reading when 16 unread messages wait (flow control),
+    and then never sees the server's close reply."""
+    async def drain():
+        try:
+            while True:
+                await conn.recv_bytes()
+        except ConnectionClosed:
+            pass
+    reader = asyncio.create_task(drain())
+    await conn.close()
+    await asyncio.wait_for(reader, TIMEOUT)
+
+
 async def open_session(server: Server, **query):
     """Connect with the SDK and read session.created; returns (manager, connection, session)."""
     server.wait_idle()
@@ -357,7 +371,7 @@ def test_sdk_connects_and_gets_a_ga_session(server):
             assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
             assert session["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
         finally:
-            await conn.close()
+            await close(conn)
     run(scenario())
 
 
@@ -396,7 +410,7 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
             await expect_error(conn, "invalid_value", "item.type")
             await still_answers(conn)
         finally:
-            await conn.close()
+            await close(conn)
     run(scenario())
     log = server.log_text()
     for code in ("invalid_json", "invalid_value", "unsupported_event", "session_not_configured", "audio_too_large",
@@ -461,7 +475,7 @@ def test_a_second_connection_is_refused_with_server_busy_and_1013(server):
                 assert closed.value.rcvd.code == realtime.CLOSE_TRY_AGAIN_LATER
             await still_answers(first)  # the first conversation is untouched
         finally:
-            await first.close()
+            await close(first)
     run(scenario())
     server.wait_for_log("server_busy: connection", mark)
     serves_next_connection(server)
@@ -498,3 +512,183 @@ def test_api_key_is_required_when_set(keyed_server):
     keyed_server.wait_for_log("refused: no valid API key")  # the log says why
     run(accepted_with_header())
     run(accepted_with_browser_subprotocol())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a conversation through the SDK, compared with the same session run here
+# ---------------------------------------------------------------------------------------------------------------
+WAV = Path(__file__).parent / "fixtures" / "nemo" / "question_16k.wav"
+PROMPT = "Be brief."
+CHUNK = 2400  # 100 ms at 24 kHz: appends do not line up with the model's 80 ms frames
+
+
+def pcm16_24k(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """What a GA client sends for a recording: (the original at its rate as float, 24 kHz PCM16)."""
+    import soundfile as sf
+    import soxr
+
+    x, rate = sf.read(str(path), dtype="float32")
+    return x, np.round(np.clip(soxr.resample(x, rate, realtime.RATE), -1, 1) * 32767).astype(np.int16)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """The demo model, built here the way ``serve --demo`` builds it (same seed, same weights)."""
+    import voicechat
+    from voicechat.testing import write_tiny_checkpoint
+
+    return voicechat.load(write_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), seed=0), offline=True)
+
+
+def session_frames(model, chunks, rate) -> tuple[list, int]:
+    """A session fed ``chunks`` at ``rate``: (its frames, its prompt length)."""
+    session = model.session(system_prompt=PROMPT)
+    return [f for chunk in chunks for f in session.feed(chunk, rate)], session.prompt_frames
+
+
+def decoded(events, kind: str, field: str = "delta") -> list:
+    return [e[field] for e in events if e["type"] == kind]
+
+
+def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model):
+    """Stream a WAV as a GA client does; the ids, codes, texts and audio that come back are the session's for the
+    same audio, and the resampling to 24 kHz and back is all the transport changes."""
+    import soxr
+
+    original, pcm = pcm16_24k(WAV)
+    sent = np.concatenate([pcm, np.zeros(realtime.RATE, np.int16)])  # then 1 s of silence
+    chunks = [sent[i:i + CHUNK] for i in range(0, len(sent), CHUNK)]
+    expected, prompt_frames = session_frames(tiny_model, chunks, realtime.RATE)
+
+    async def scenario():
+        manager, conn, _ = await open_session(server, voicechat_frames="1")
+        try:
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+            events = await receive_until(conn, "session.updated")
+            assert events[-1]["session"]["instructions"] == PROMPT
+            for chunk in chunks:
+                await conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
+            await conn.input_audio_buffer.commit()
+            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == expected[-1].position):
+                events.append(await receive(conn))
+            return events
+        finally:
+            await close(conn)
+
+    events = run(scenario())
+    kinds = types(events)
+    ready = events[kinds.index("voicechat.session.ready")]
+    assert ready["prompt_frames"] == prompt_frames
+    frames = [e for e in events if e["type"] == "voicechat.frame"]
+    assert [f["position"] for f in frames] == [f.position for f in expected]
+    assert [f["text_id"] for f in frames] == [f.text_id for f in expected]
+    assert [f["function_id"] for f in frames] == [f.function_id for f in expected]
+    assert all(f["codes"] == e.codes.tolist() for f, e in zip(frames, expected))
+    # the texts: the assistant's words in its responses (this random model never ends a turn), the user's in items
+    assert "".join(decoded(events, "response.output_audio_transcript.delta")) == "".join(f.text for f in expected)
+    heard = "".join(decoded(events, "conversation.item.input_audio_transcription.delta"))
+    assert heard == "".join(f.transcript for f in expected) != ""
+    assert "input_audio_buffer.committed" in kinds
+    # every audio delta belongs to the response that was created before it, on its message item
+    created = {e["response"]["id"]: e["response"] for e in events if e["type"] == "response.created"}
+    items = {e["response_id"]: e["item"]["id"] for e in events if e["type"] == "response.output_item.added"}
+    deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
+    assert deltas and all(d["response_id"] in created and d["item_id"] == items[d["response_id"]] for d in deltas)
+    first_audio = kinds.index("response.output_audio.delta")
+    assert kinds.index("response.created") < first_audio
+    # the audio: one piece per frame, in order, equal to the session's answer resampled to 24 kHz at once
+    pieces = [e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"] for e in events
+              if e["type"] == "response.output_audio.delta" or (e["type"] == "voicechat.frame" and e["audio"])]
+    assert len(pieces) == len(expected)
+    got = np.frombuffer(b"".join(base64.b64decode(p) for p in pieces), "<i2")
+    whole = soxr.resample(np.concatenate([f.audio for f in expected]), 22050, 24000)
+    assert np.array_equal(got, np.round(np.clip(whole, -1, 1) * 32767).astype(np.int16)[:len(got)])
+    assert 0 < len(whole) - len(got) < 1920  # soxr's stream holds back under one frame
+    # what the 24 kHz PCM16 transport costs: the model hears the same ids and codes as from the 16 kHz original ...
+    direct, _ = session_frames(tiny_model, [np.concatenate([original, np.zeros(16000, np.float32)])], 16000)
+    common = min(len(direct), len(expected))
+    assert [f.text_id for f in direct[:common]] == [f.text_id for f in expected[:common]]
+    assert all(np.array_equal(a.codes, b.codes) for a, b in zip(direct[:common], expected[:common]))
+    # ... and the audio differs only above soxr's passband (7 kHz of 8) and by PCM16 rounding
+    back = soxr.resample(pcm.astype(np.float32) / 32767, realtime.RATE, 16000)[:len(original)]
+    in_band = np.fft.rfftfreq(len(original), 1 / 16000) <= 7000
+    signal = np.sum(np.abs(np.fft.rfft(original)[in_band]) ** 2)
+    snr = 10 * np.log10(signal / np.sum(np.abs(np.fft.rfft(back - original)[in_band]) ** 2))
+    rms = np.sqrt(np.mean(original ** 2))
+    rounding_limit = 20 * np.log10(rms / (1 / 32767 / np.sqrt(12)))  # PCM16 rounding noise over the full band
+    print(f"\n24 kHz PCM16 round trip: in-band SNR {snr:.1f} dB (PCM16 rounding alone: {rounding_limit:.1f} dB); "
+          f"{common} frames with equal ids and codes")
+    assert snr >= rounding_limit
+
+
+def test_soak_twenty_conversations_then_five_at_once_leave_memory_as_it_was(server):
+    """20 conversations one after another, then 5 simultaneous connection attempts (one is admitted, four are
+    told server_busy); the server's resident memory afterwards equals that after the first conversation."""
+    half_second = base64.b64encode(np.zeros(realtime.RATE // 2, "<i2").tobytes()).decode()
+
+    async def conversation():
+        manager, conn, _ = await open_session(server, voicechat_frames="1")
+        try:
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+            await conn.input_audio_buffer.append(audio=half_second)
+            await receive_until(conn, "voicechat.frame")
+        finally:
+            await close(conn)
+
+    async def attempt():
+        async with client(server).realtime.connect(model=MODEL) as conn:
+            first = await receive(conn)
+            if first["type"] == "session.created":
+                await asyncio.sleep(1.0)  # hold the model while the others knock
+            return first["type"] if first["type"] != "error" else first["error"]["code"]
+
+    async def five_at_once():
+        return sorted(await asyncio.gather(*(attempt() for _ in range(5))))
+
+    run(conversation())
+    server.wait_idle()
+    before = process_status(server.proc.pid)
+    for _ in range(20):
+        run(conversation())
+        server.wait_idle()
+    assert run(five_at_once()) == ["server_busy"] * 4 + ["session.created"]
+    server.wait_idle()
+    after = process_status(server.proc.pid)
+    print(f"\nserver memory: {before['VmRSS'] / 1024:.1f} MiB after one conversation, {after['VmRSS'] / 1024:.1f} MiB "
+          f"after 20 more and 5 attempts")
+    assert abs(after["VmRSS"] - before["VmRSS"]) <= SOAK_MEMORY_BOUND_KIB
+    serves_next_connection(server)
+
+
+@pytest.mark.xfail(strict=True, reason="each Session makes two MLX streams (session.py: mx.new_stream), and MLX never "
+                                       "ends a stream's thread: two threads per conversation stay behind")
+def test_conversations_leave_no_threads_behind(server):
+    half_second = base64.b64encode(np.zeros(realtime.RATE // 2, "<i2").tobytes()).decode()
+
+    async def conversation():
+        manager, conn, _ = await open_session(server)
+        try:
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+            await conn.input_audio_buffer.append(audio=half_second)
+            await receive_until(conn, "response.output_audio.delta")
+        finally:
+            await close(conn)
+
+    run(conversation())
+    server.wait_idle()
+    before = process_status(server.proc.pid)["Threads"]
+    for _ in range(3):
+        run(conversation())
+        server.wait_idle()
+    assert process_status(server.proc.pid)["Threads"] == before
+
+
+# 0.64 MiB per connection over the 25: far less than one conversation's session state, so a conversation that is not
+# freed shows; allocator noise stays below it (measured: 1-3 MiB; the Python heap itself grows by ~0.1 MiB)
+SOAK_MEMORY_BOUND_KIB = 16 * 1024
+
+
+def process_status(pid: int) -> dict:
+    """Resident memory (KiB) and thread count of a process (Linux /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return {key: int(re.search(rf"{key}:\s+(\d+)", status).group(1)) for key in ("VmRSS", "Threads")}

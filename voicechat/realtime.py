@@ -453,6 +453,7 @@ class Connection:
         self.follower: Optional[asyncio.Task] = None
         self.heard = False  # audio has reached the live session: its instructions, tools and voice are fixed
         self.appended = False  # audio since the last commit
+        self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
         self.outbox: asyncio.Queue = asyncio.Queue()  # JSON texts, or (code, reason) to close
 
     async def run(self) -> None:
@@ -532,7 +533,7 @@ class Connection:
                                                          "started; open a new connection to change them", "session")
             await self.close_live()  # not heard anything yet: start again with the new prompt
         previous = self.config, self.configured
-        self.config, self.configured = new, True
+        self.config, self.configured, self.setup_error = new, True, None
         try:
             await self.ensure_live(required=False)
         except ClientEventError:
@@ -545,6 +546,9 @@ class Connection:
         if not self.configured:
             raise ClientEventError("session_not_configured", "send session.update (instructions, tools, voice) "
                                                              "before audio: the model reads its prompt first", "type")
+        if self.setup_error:
+            raise ClientEventError("session_setup_failed", f"the session could not start: {self.setup_error}; send "
+                                                           "session.update with other settings", "session")
         if await self.ensure_live(required=True):
             self.live.send(samples, RATE)  # the session resamples 24 -> 16 kHz with soxr's stream resampler
             self.heard = self.appended = True
@@ -596,7 +600,7 @@ class Connection:
             return False
         try:
             live = self.server.engine.open_live(LiveRequest(system_prompt=self.config.instructions,
-                                                            speaker=self.config.voice))
+                                                            speaker=self.config.voice), owner=self.name)
         except EngineBusy as e:
             self.reject(ClientEventError("server_busy", str(e), kind="server_error"), None)
             self.close(CLOSE_TRY_AGAIN_LATER, "server busy")
@@ -612,13 +616,24 @@ class Connection:
         return True
 
     async def follow(self, live, events: asyncio.Queue) -> None:
+        """The live session's events -> server events, until it has closed."""
+        started = False
         while True:
             event = await events.get()
-            if event.kind == "ready":
+            if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
+                self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
+            elif event.kind == "ready":
+                started = True
                 self.emit({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
                            "prompt_frames": event.prompt_frames})
             elif event.kind == "frames":
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds))
+            elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
+                if self.live is live:
+                    self.live, self.follower, self.setup_error = None, None, event.message
+                self.reject(ClientEventError("session_setup_failed", f"the session could not start: {event.message}"
+                                                                     "; send session.update with other settings",
+                                             "session"), None)
             elif event.kind == "error":
                 log.error("%s: the live session failed: %s", self.name, event.message)
                 self.emit_all(self.conversation.fail(event.message))
