@@ -26,3 +26,7 @@ class AudioInputError(VoiceChatError):
 
 class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
+
+
+class ToolError(VoiceChatError):
+    """A tool declaration or tool result voicechat cannot use (bad schema, too many tools, unknown call id ...)."""

@@ -33,7 +33,8 @@ from .tokenizer import TextTokenizer
 from .tts.subword import flag_tables
 
 LAYOUTS = ("nested", "mlx-4bit", "runtime")
-SPECIALS = ["<unk>", "<s>", "</s>"] + [f"<SPECIAL_{i}>" for i in range(3, 16)]
+# ids as in NVIDIA's tokenizer, up to the tool-call tokens <SPECIAL_20>..<SPECIAL_22> (docs/tools.md §2)
+SPECIALS = ["<unk>", "<s>", "</s>"] + [f"<SPECIAL_{i}>" for i in range(3, 23)]
 CORPUS = (
     "You are a helpful assistant. Answer in a spoken, conversational style. What is the capital of France? "
     "The capital of France is Paris. Hello, how can I help you today? The weather is sunny and warm. "
@@ -64,8 +65,9 @@ DIMS = {
 # tokenizers and configs
 # ----------------------------------------------------------------------------------------------------------------
 def write_tokenizer(directory: Path, vocab_size: int) -> None:
-    """Byte-level BPE with NVIDIA's special-token ids (<s>=1, </s>=2, <SPECIAL_12>=12) and exactly 256 single-character
-    tokens (the EAR-TTS char table), padded with synthetic multi-character tokens up to ``vocab_size``."""
+    """Byte-level BPE with NVIDIA's special-token ids (<s>=1, </s>=2, <SPECIAL_12>=12, <SPECIAL_20..22>=20..22) and
+    exactly 256 single-character tokens (the EAR-TTS char table), padded with synthetic multi-character tokens up to
+    ``vocab_size``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
