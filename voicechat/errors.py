@@ -28,5 +28,9 @@ class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
 
 
+class TimelineFull(VoiceChatError):
+    """A conversation that would pass the session's timeline limit."""
+
+
 class ToolError(VoiceChatError):
     """A tool declaration or tool result voicechat cannot use (bad schema, too many tools, unknown call id ...)."""
