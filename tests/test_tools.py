@@ -1,5 +1,7 @@
 """voicechat.tools: the system prompt against NVIDIA's template, call parsing, the schema check, the runner, the
-ToolChannel's timeline layout on scripted function-channel ids (docs/tools.md), and the built-in tools."""
+ToolChannel's timeline layout on scripted function-channel ids (docs/tools.md), the built-in tools, and tool calls in
+sessions, ``generate``, live conversations and the CLI on the real tiny model (its function head scripted through the
+session's test seam)."""
 
 import datetime as dt
 import json
@@ -9,10 +11,18 @@ import threading
 from pathlib import Path
 from typing import Literal, Optional
 
+import mlx.core as mx
+import numpy as np
 import pytest
+import soundfile as sf
 
+import voicechat
+import voicechat.engine as eng
+from voicechat.__main__ import main, result_json
 from voicechat.errors import ConfigError, ToolError
-from voicechat.testing import write_tokenizer
+from voicechat.session import Session
+from voicechat.stt import lm
+from voicechat.testing import write_tiny_checkpoint, write_tokenizer
 from voicechat.tokenizer import TextTokenizer
 from voicechat.tools import (BUILTIN_TOOLS, Tool, ToolChannel, calculate, convert_units, get_current_time,
                              load_tools_module, system_prompt, tool)
@@ -225,7 +235,8 @@ def test_response_text_and_bound(tok):
     assert json.loads(tok.decode(ids)[len("<TOOL_RESPONSE>"):-len("</TOOL_RESPONSE>")]) == \
         [small, {"error": replaced[1]}]
     ids, replaced = bounded_response([small, big], tok.encode, 20)  # a limit that not even error objects meet
-    assert len(replaced) == 2 and tok.decode(ids) == response_text([{"error": "the results are too long for the model"}])
+    assert len(replaced) == 2
+    assert tok.decode(ids) == response_text([{"error": "the results are too long for the model"}])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -619,3 +630,271 @@ def test_current_time_tool():
 def test_builtin_tools_declare_cleanly():
     assert [t.name for t in BUILTIN_TOOLS] == ["get_current_time", "calculate", "convert_units"]
     assert "<AVAILABLE_TOOLS>" in system_prompt("", BUILTIN_TOOLS)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# in a session, on the real tiny model, with the function head scripted through the test seam
+# ----------------------------------------------------------------------------------------------------------------
+CHUNK = 2560  # samples fed per call (two 80 ms frames)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tools") / "model", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    return voicechat.load(tiny_dir, offline=True)
+
+
+def noise(seconds: float, seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(int(16000 * seconds)) * 0.1).astype(np.float32)
+
+
+class ScriptedHead:
+    """The function head of the tests: it writes each call (SOTC, the call's tokens, EOTC) after ``gap`` quiet
+    positions, predicts EOTR after a response, and PAD otherwise. The ToolChannel overrides it while it injects."""
+
+    def __init__(self, tok, calls: list[str], first: int = 5, gap: int = 3):
+        self.tok, self.calls, self.gap = tok, list(calls), gap
+        self.queue, self.wait, self.session = [], first, None
+
+    def __call__(self, t: int) -> int:
+        if self.queue:
+            return self.queue.pop(0)
+        if self.session.tool_channel.pending():
+            return EOTR
+        self.wait -= 1
+        if self.wait <= 0 and self.calls:
+            self.queue, self.wait = [SOTC] + self.tok.encode(self.calls.pop(0)) + [EOTC], self.gap
+            return self.queue.pop(0)
+        return PAD
+
+
+class LLMInputs:
+    """A spy on the LLM step (the real step runs): each position's user-audio input and previous text and function
+    ids, i.e. what enters the fused input (SPEC §1.2 F)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def __enter__(self):
+        self.real = lm.step
+
+        def step(stt, cfg, state, audio, prev_text, prev_func):
+            self.rows.append((np.array(audio[0]), int(prev_text.item()), int(prev_func.item())))
+            return self.real(stt, cfg, state, audio, prev_text, prev_func)
+
+        lm.step = step
+        return self
+
+    def __exit__(self, *exc):
+        lm.step = self.real
+
+
+STORY_CALLS = [
+    '<TOOLCALL>[{"name": "add", "arguments": {"a": 40, "b": "2"}}]</TOOLCALL>',
+    '<TOOLCALL>[{"name": "wait"}]</TOOLCALL>',
+    '<TOOLCALL>[{"name": "lookup", "arguments": {"q": "tides"}}]</TOOLCALL>',
+    '<TOOLCALL>[{"name": "add", "arguments": {"a": 1</TOOLCALL>',
+    '<TOOLCALL>[{"name": "multiply"}]</TOOLCALL>',
+    '<TOOLCALL>[{"name": "add", "arguments": {"a": "x", "b": 1}}]</TOOLCALL>',
+    '<TOOLCALL>[{"name": "boom"}]</TOOLCALL>',
+]
+# what the model must read back for each call (None: the record's own error, checked separately)
+STORY_RESPONSES = [
+    [{"sum": 42}],
+    [{"error": "timeout", "message": "I'm sorry, that's taking longer than expected."}],  # NVIDIA's canned answer
+    [{"high": "6am"}],
+    None,
+    [{"error": "unknown tool 'multiply' (available: add, wait, lookup, boom)"}],
+    [{"error": "bad arguments for add: arguments.a: expected integer, got string"}],
+    [{"error": "'missing'"}],
+]
+
+
+@pytest.fixture(scope="module")
+def story(tiny):
+    """One live session with seven tool exchanges, fed 160 ms at a time: a success, a timeout, a client-run tool
+    (the session paused until its result), a malformed call, an unknown tool, bad arguments and an exception (an
+    over-long call or result: the ToolChannel tests above). Plus the same audio through a session without tools, for
+    the user frames."""
+    runs, gate = [], threading.Event()
+
+    @tool
+    def add(a: int, b: int) -> dict:
+        """Add two integers."""
+        runs.append((a, b))
+        return {"sum": a + b}
+
+    tools = [add, Tool("wait", "Waits.", fn=gate.wait, timeout=0.2), Tool("lookup", "Looked up by the client.",
+             {"type": "object", "properties": {"q": {"type": "string"}}}),
+             Tool("boom", "Fails.", fn=lambda: {}["missing"])]
+    audio = noise(3.0)
+    head = ScriptedHead(tiny.tokenizer, STORY_CALLS)
+    paused_feeds = []
+    with LLMInputs() as spy:
+        s = Session(tiny, "", 0, None, None, tools, function_script=head)
+        head.session = s
+        frames = []
+        for i in range(0, len(audio), CHUNK):
+            frames += s.feed(audio[i:i + CHUNK], 16000)
+            if not s.tool_channel.paused():
+                continue
+            last = s.tool_calls[-1]
+            if last.name == "lookup" and not paused_feeds:  # answered by the client, later: the session waits
+                paused_feeds.append(len(s.heard))
+                continue
+            if last.name == "lookup" and len(paused_feeds) < 3:
+                paused_feeds.append(len(s.heard))
+                if len(paused_feeds) < 3:
+                    continue
+                s.provide_tool_result(last.call_id, '{"high": "6am"}')
+                frames += s.poll()
+            else:
+                frames += s.settle()
+        frames += s.flush()
+        told = s.result()
+    with LLMInputs() as plain_spy:
+        plain = Session(tiny, "Hi.", 0)
+        for i in range(0, len(audio), CHUNK):
+            plain.feed(audio[i:i + CHUNK], 16000)
+        plain.flush()
+    gate.set()
+    return dict(session=s, frames=frames, result=told, spy=spy.rows, plain=plain_spy.rows, runs=runs,
+                plain_result=plain.result(),
+                paused_feeds=paused_feeds, tok=tiny.tokenizer, tiny=tiny)
+
+
+def test_session_catches_each_call_and_runs_it_once(story):
+    calls = story["session"].tool_calls
+    assert [c.name for c in calls] == ["add", "wait", "lookup", "", "multiply", "add", "boom"]
+    assert story["runs"] == [(40, 2)]  # add ran once ("2" converted); the bad-arguments call never ran it
+    assert calls[0].result == {"sum": 42} and calls[0].error is None
+    assert calls[3].error.startswith("the tool call is not valid JSON")
+    assert all(c.end is not None and c.eotr for c in calls)
+    assert story["result"].tool_calls == tuple(calls)
+
+
+def test_session_injects_each_response_where_the_layout_says(story):
+    s, tok, spy = story["session"], story["tok"], story["spy"]
+    first = s.prompt_frames  # spy rows hold the positions after the prompt
+    fed_func = {first + i: row[2] for i, row in enumerate(spy)}  # position -> function id in its fused input
+    fed_text = {first + i: row[1] for i, row in enumerate(spy)}
+    frames = {f.position: f for f in story["frames"]}
+    for call, expected in zip(s.tool_calls, STORY_RESPONSES):
+        p, e = call.call_start, call.call_end
+        response = tok.encode(response_text(expected if expected is not None else [{"error": call.error}]))
+        m = len(response)
+        assert (call.injection_start, call.injection_end, call.end) == (e + 1, e + 1 + m, e + 1 + m)
+        assert [frames[t].function_id for t in range(e + 1, e + 1 + m)] == response  # kept at e+1 .. e+m
+        assert [fed_func[t] for t in range(e + 2, e + 2 + m)] == response  # read by the next positions
+        assert fed_func[e + 1] == EOTC and fed_func[e + m + 2] == EOTR
+        assert frames[p].function_id == SOTC and frames[e].function_id == EOTC
+        # the text channel is PAD from SOTC through the EOTR position, for the TTS and the next inputs
+        assert all(frames[t].text_id == PAD for t in range(p, e + m + 2))
+        assert all(fed_text[t] == PAD for t in range(p + 1, e + m + 3))
+        kinds = [(ev.kind, pos) for pos in (p, e, e + 1, e + m + 1) for ev in frames[pos].events]
+        assert kinds == [("call_start", p), ("call", e), ("result", e + 1), ("end", e + m + 1)]
+
+
+def test_session_holds_the_users_audio_and_drops_none(story, tiny):
+    s, spy = story["session"], story["spy"]
+    silence = np.array(tiny.net.stt_model.perception(mx.zeros((1, 16000)), mx.array([16000]))[0][0, 0])
+    held = {t for c in s.tool_calls for t in range(c.call_start + 1, c.end + 1)}
+    first = s.prompt_frames
+    assert len(held) == s.held
+    for t in held:
+        assert np.array_equal(spy[t - first][0], silence)
+    heard = [row[0] for i, row in enumerate(spy) if first + i not in held]
+    plain = [row[0] for row in story["plain"]]
+    assert len(heard) == len(plain) and all(np.array_equal(a, b) for a, b in zip(heard, plain))
+    assert story["result"].input_frames == story["plain_result"].input_frames  # held positions are not input
+
+
+def test_session_feed_returns_while_a_tool_runs(story):
+    # after the client tool's call, two more feeds returned at once and their frames waited, none run
+    waiting = story["paused_feeds"]
+    assert len(waiting) == 3 and waiting[0] < waiting[1] < waiting[2]
+    assert waiting[2] - waiting[0] == 2 * CHUNK // 1280
+
+
+def test_session_result_is_json(story):
+    record = result_json(story["result"])
+    back = json.loads(json.dumps(record))
+    assert [c["name"] for c in back["tool_calls"]] == ["add", "wait", "lookup", "", "multiply", "add", "boom"]
+    assert back["tool_calls"][0]["injection_start"] == story["session"].tool_calls[0].injection_start
+    assert [t["name"] for t in back["settings"]["tools"]] == ["add", "wait", "lookup", "boom"]
+
+
+def test_generate_with_tools_waits_for_the_exchange(tiny):
+    @tool
+    def add(a: int, b: int) -> dict:
+        """Add two integers."""
+        return {"sum": a + b}
+
+    tok = tiny.tokenizer
+    p = tiny.prompt_length(system_prompt("", [add])) + 4
+    ids = [SOTC] + tok.encode('<TOOLCALL>[{"name": "add", "arguments": {"a": 2, "b": 3}}]</TOOLCALL>') + [EOTC]
+    e, m = p + len(ids) - 1, len(tok.encode(response_text([{"sum": 5}])))
+    script = {p + i: f for i, f in enumerate(ids)} | {e + m + 1: EOTR}
+    x = noise(1.0, seed=1)
+    r = tiny._generate(x, 16000, "", 0, None, voicechat.GenerationConfig(max_extra_seconds=1.0), None, [add],
+                       function_script=lambda t: script.get(t, PAD))
+    (call,) = r.tool_calls
+    assert (call.call_start, call.call_end, call.injection_start, call.end, call.result) == (p, e, e + 1, e + m + 1,
+                                                                                              {"sum": 5})
+    fn = r.function_tokens
+    assert list(fn[e + 1 - r.first_frame:e + 1 + m - r.first_frame]) == tok.encode(response_text([{"sum": 5}]))
+    assert (r.text_tokens[p - r.first_frame:e + m + 2 - r.first_frame] == PAD).all()
+    assert r.input_frames == 13 and len(r.text_tokens) > e + m + 2 - r.first_frame  # 1 s: 12.5 frames of 80 ms
+
+
+def test_session_with_tools_needs_a_function_head(tiny):
+    with pytest.raises(ToolError, match="at most 5 tools"):
+        tiny.session("", tools=[Tool(f"t{i}", "x") for i in range(6)])
+    nemo = voicechat.load(FIXTURES / "tiny_model")  # NVIDIA's tiny NeMo 3.0.0 checkpoint has no function head
+    with pytest.raises(ConfigError, match="no function head, so its model cannot call tools"):
+        nemo.session("", tools=[WEATHER])
+
+
+def test_live_conversation_with_a_client_tool(tiny_dir, tiny):
+    engine = eng.Engine(eng.hub_model(str(tiny_dir), offline=True), name="tools").start()
+    try:
+        lookup = Tool("lookup", "Looked up by the client.")
+        live = engine.open_live(eng.LiveRequest(tools=(lookup,)))
+        ready = None
+        while ready is None or ready.kind != eng.READY:
+            ready = live.next_event(timeout=60)
+        assert ready.prompt_frames == tiny.prompt_length(system_prompt("", [lookup]))
+        live.send(np.zeros(1280 * 2, np.float32), 16000)
+        live.provide_tool_result("call_nobody", "{}")  # no call waits for it: the conversation ends with a message
+        events = []
+        while not events or events[-1].kind != eng.CLOSED:
+            events.append(live.next_event(timeout=60))
+        errors = [e.message for e in events if e.kind == eng.ERROR]
+        assert errors == ["no tool call 'call_nobody' is waiting for a result"]
+        assert live.result().tool_calls == ()
+    finally:
+        engine.close()
+
+
+def test_cli_tools(tiny_dir, tiny, tmp_path, capsys):
+    module = tmp_path / "mytools.py"
+    module.write_text("from voicechat.tools import tool\n\n"
+                      "@tool\ndef echo(text: str) -> str:\n    '''Echo.'''\n    return text\n")
+    js = tmp_path / "out.json"
+    wav = tmp_path / "q.wav"
+    sf.write(wav, noise(0.5, seed=2), 16000)
+    assert main(["generate", "--model", str(tiny_dir), "--audio", str(wav), "--tools-module", str(module), "--json",
+                 str(js), "--extra-seconds", "0.2", "--quiet", "--offline"]) == 0
+    info = json.loads(js.read_text())
+    assert [t["name"] for t in info["settings"]["tools"]] == ["echo"] and isinstance(info["tool_calls"], list)
+    assert info["prompt_frames"] == tiny.prompt_length(system_prompt("", load_tools_module(module)))
+    (tmp_path / "three.py").write_text("from voicechat.tools import Tool\n"
+                                       "a, b, c = Tool('a', 'A.'), Tool('b', 'B.'), Tool('c', 'C.')\n")
+    capsys.readouterr()
+    assert main(["generate", "--model", str(tiny_dir), "--audio", str(wav), "--tools", "builtin", "--tools-module",
+                 str(tmp_path / "three.py")]) == 2
+    assert capsys.readouterr().err.strip() == "error: at most 5 tools per conversation (got 6): pass fewer"

@@ -86,7 +86,8 @@ def special_ids(tokenizer) -> tuple[int, int, int]:
 
 class ToolChannel:
     """Catches calls on the function channel, runs them (``Tool.fn`` on a worker thread, or the caller through
-    ``provide_result``), and injects the response, one token per position."""
+    ``provide_result``), and injects the response, one token per position. ``timeout``: for tools without their
+    own."""
 
     def __init__(self, tools: Iterable[Tool], tokenizer, pad_id: int, *, timeout: float = DEFAULT_TIMEOUT,
                  max_call_positions: int = MAX_CALL_POSITIONS, max_response_tokens: int = MAX_RESPONSE_TOKENS):
@@ -184,9 +185,9 @@ class ToolChannel:
                 continue
             if tool.fn is None:
                 self._client_ids.add(call_id)
-                self._runner.expect(call_id)
+                self._runner.expect(call_id, tool.timeout)
             else:
-                self._runner.start(call_id, tool.fn, call.arguments)
+                self._runner.start(call_id, tool.fn, call.arguments, tool.timeout)
             self._running.append(call_id)
         self._state = RUN
         return (ToolEvent("call", t, tuple(self._calls)),)

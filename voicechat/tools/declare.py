@@ -24,12 +24,14 @@ EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 class Tool:
     """A function the model may call: its name, what it does, its parameters as a JSON schema (an object schema),
     and the Python function that runs it, called with the arguments as keyword arguments. A tool without ``fn`` is
-    run by the caller, who hands its output to the session (``provide_result``)."""
+    run by the caller, who hands its output to the session (``provide_result``). ``timeout``: seconds before a call
+    is answered with a timeout error (None: the session's, 15 s)."""
 
     name: str
     description: str
     parameters: dict = field(default_factory=lambda: dict(EMPTY_PARAMETERS))
     fn: Optional[Callable[..., Any]] = field(default=None, compare=False)
+    timeout: Optional[float] = field(default=None, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
@@ -42,6 +44,8 @@ class Tool:
             raise ToolError(f"tool {self.name}: parameters must be an object schema (\"type\": \"object\")")
         if self.fn is not None and not callable(self.fn):
             raise ToolError(f"tool {self.name}: fn must be callable")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ToolError(f"tool {self.name}: the timeout must be a positive number of seconds")
 
     def __call__(self, *args, **kwargs):
         if self.fn is None:
@@ -108,7 +112,8 @@ def system_prompt(instructions: str, tools: Sequence[Tool]) -> str:
             + "You can use the following tools to assist the user if required:"
             + f"\n<AVAILABLE_TOOLS>[{listed}]</AVAILABLE_TOOLS>\n\n"
             + f"If you decide to call any tool(s), use the following format:\n{CALL_FORMAT}\n\n"
-            + f"The user will execute tool-calls and return responses from tool(s) in this format:\n{RESPONSE_FORMAT}\n\n"
+            + "The user will execute tool-calls and return responses from tool(s) in this format:\n"
+            + f"{RESPONSE_FORMAT}\n\n"
             + "Based on the tool responses, you can call additional tools if needed, correct tool calls if any errors "
               "are found, or just respond to the user.")
 
@@ -158,7 +163,7 @@ def docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
 
 
 def tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
-         description: Optional[str] = None):
+         description: Optional[str] = None, timeout: Optional[float] = None):
     """Make a Python function a Tool. Its parameters' annotations give the schema (no default = required), its
     docstring the description (first part) and the parameters' descriptions (an ``Args:`` section)::
 
@@ -188,7 +193,7 @@ def tool(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
             if p.default is p.empty:
                 required.append(p.name)
         parameters = {"type": "object", "properties": properties, **({"required": required} if required else {})}
-        return Tool(name or f.__name__, text if description is None else description, parameters, f)
+        return Tool(name or f.__name__, text if description is None else description, parameters, f, timeout)
 
     return make if fn is None else make(fn)
 

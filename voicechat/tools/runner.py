@@ -39,10 +39,10 @@ def checked_result(output: Any, seconds: float) -> Outcome:
 
 
 class Pending:
-    """One call in flight: started at ``start`` (monotonic seconds), finished when ``done`` is set."""
+    """One call in flight: started at ``start`` (monotonic seconds), over when ``done`` is set or ``timeout`` passed."""
 
-    def __init__(self, start: float):
-        self.start = start
+    def __init__(self, start: float, timeout: float):
+        self.start, self.timeout = start, timeout
         self.done = threading.Event()
         self.outcome: Optional[Outcome] = None
         self._lock = threading.Lock()
@@ -57,7 +57,8 @@ class Pending:
 
 class ToolRunner:
     """Starts calls and reports their outcomes. ``poll`` never blocks; ``wait`` blocks at most until the calls'
-    timeouts (for a caller with nothing else to do, such as an offline generation at the end of its input)."""
+    timeouts (for a caller with nothing else to do, such as an offline generation at the end of its input).
+    ``timeout``: the default of calls started without one."""
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] = time.monotonic):
         if not timeout > 0:
@@ -66,9 +67,9 @@ class ToolRunner:
         self.clock = clock
         self._calls: dict[str, Pending] = {}
 
-    def start(self, call_id: str, fn: Callable[..., Any], arguments: dict) -> None:
+    def start(self, call_id: str, fn: Callable[..., Any], arguments: dict, timeout: Optional[float] = None) -> None:
         """Run ``fn(**arguments)`` on a daemon thread (a hung tool cannot keep the process alive)."""
-        pending = self._calls[call_id] = Pending(self.clock())
+        pending = self._calls[call_id] = Pending(self.clock(), timeout or self.timeout)
 
         def run():
             try:
@@ -80,9 +81,9 @@ class ToolRunner:
 
         threading.Thread(target=run, name=f"voicechat-tool-{call_id}", daemon=True).start()
 
-    def expect(self, call_id: str) -> None:
+    def expect(self, call_id: str, timeout: Optional[float] = None) -> None:
         """A call that the caller runs; ``provide`` delivers its output."""
-        self._calls[call_id] = Pending(self.clock())
+        self._calls[call_id] = Pending(self.clock(), timeout or self.timeout)
 
     def provide(self, call_id: str, output: Any) -> bool:
         """Deliver a caller-run call's output; False when the call is unknown or already over (answered or timed
@@ -97,8 +98,8 @@ class ToolRunner:
         """The call's outcome, or None while it runs within its timeout. Past the timeout the call is over: its
         outcome is the timeout error, and a later result is ignored."""
         pending = self._calls[call_id]
-        if not pending.done.is_set() and self.clock() - pending.start >= self.timeout:
-            pending.finish(Outcome(error=f"the tool did not answer within {self.timeout:g} s",
+        if not pending.done.is_set() and self.clock() - pending.start >= pending.timeout:
+            pending.finish(Outcome(error=f"the tool did not answer within {pending.timeout:g} s",
                                    seconds=self.clock() - pending.start, timed_out=True))
         return pending.outcome if pending.done.is_set() else None
 
@@ -106,5 +107,5 @@ class ToolRunner:
         """Block until each call has finished or reached its timeout."""
         for call_id in call_ids:
             pending = self._calls[call_id]
-            pending.done.wait(max(0.0, pending.start + self.timeout - self.clock()))
+            pending.done.wait(max(0.0, pending.start + pending.timeout - self.clock()))
             self.poll(call_id)
