@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
-from .errors import AudioInputError, VoiceChatError
+from .errors import AudioInputError, ToolError, VoiceChatError
 
 
 class UsageError(Exception):
@@ -56,7 +56,25 @@ def result_json(result) -> dict:
         "frame_seconds": result.frame_seconds, "text_tokens": result.text_tokens.tolist(),
         "function_tokens": result.function_tokens.tolist(), "audio_codes": result.audio_codes.tolist(),
         "timings_s": {k: round(v, 4) for k, v in result.timings.items()}, "settings": result.settings,
+        "tool_calls": [call.to_dict() for call in result.tool_calls],
     }
+
+
+def chosen_tools(a: argparse.Namespace) -> tuple:
+    """``--tools builtin`` and ``--tools-module path.py``, checked before the model loads (at most 5 in all)."""
+    from .tools import BUILTIN_TOOLS, load_tools_module
+    from .tools.declare import checked_tools
+
+    tools = list(BUILTIN_TOOLS) if a.tools == "builtin" else []
+    if a.tools_module:
+        tools += load_tools_module(a.tools_module)
+    return checked_tools(tools)
+
+
+def print_tool_calls(result) -> None:
+    for call in result.tool_calls:
+        outcome = f"error: {call.error}" if call.error else json.dumps(call.result, ensure_ascii=False)
+        print(f"[tool] {call.name or '?'}({json.dumps(call.arguments, ensure_ascii=False)}) -> {outcome}")
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
@@ -66,6 +84,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     if not Path(a.audio).is_file():
         raise UsageError(f"--audio {a.audio}: no such file")
     gen = generation_config(a)
+    tools = chosen_tools(a)
     t0 = time.perf_counter()
     print(f"loading {a.model} ...", file=sys.stderr)
     model = load(a.model, tokenizer=a.tokenizer, offline=a.offline)
@@ -73,7 +92,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     bar = ProgressBar()
     try:
         result = model.generate(a.audio, None, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
-                                config=gen, progress=None if a.quiet else bar)
+                                config=gen, progress=None if a.quiet else bar, tools=tools)
     finally:
         if not a.quiet:
             bar.close()
@@ -82,6 +101,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     print(result.text.strip())
     if result.function_text.strip():
         print(f"[function] {result.function_text.strip()}")
+    print_tool_calls(result)
     if a.output_audio:
         write_wav(a.output_audio, result.audio, result.sample_rate)
         print(f"wrote {a.output_audio} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
@@ -134,7 +154,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
-    g.add_argument("--json", help="write transcript, texts, per-frame token ids, codes, settings and timings here")
+    g.add_argument("--json", help="write transcript, texts, per-frame token ids, codes, tool calls, settings and "
+                                  "timings here")
+    g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
+                                                         "calculator, unit conversion)")
+    g.add_argument("--tools-module", metavar="PATH.py",
+                   help="let the model call the tools this Python file defines (@voicechat.tools.tool functions or "
+                        "voicechat.tools.Tool objects); at most 5 tools in all")
     g.add_argument("--reference", action="store_true",
                    help="NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept in the audio")
     g.add_argument("--extra-seconds", type=float, help="append exactly this much silence (default: until the answer ends)")
@@ -173,7 +199,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError) as e:
+    except (UsageError, AudioInputError, ToolError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

@@ -35,6 +35,7 @@ class Result:
     timings: dict = field(default_factory=dict)  # stage -> seconds
     stage_calls: dict = field(default_factory=dict)  # stage -> seconds of each call (per frame for llm/tts/codec)
     settings: dict = field(default_factory=dict)  # the resolved generation settings
+    tool_calls: tuple = ()  # voicechat.tools.ToolCall per call the model made (docs/tools.md)
 
     @property
     def seconds(self) -> float:
