@@ -141,23 +141,10 @@ def encode_audio(samples: np.ndarray) -> str:
 # the session's configuration (session.update)
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class FunctionTool:
-    """A client-executed tool declared by ``session.update`` (OAI ``realtime_function_tool.py``)."""
-
-    name: str
-    description: str = ""
-    parameters: str = "{}"  # the JSON schema, canonical JSON (sorted keys) so that equal declarations compare equal
-
-    def ga(self) -> dict:
-        return {"type": "function", "name": self.name, "description": self.description,
-                "parameters": json.loads(self.parameters)}
-
-
-@dataclass(frozen=True)
 class SessionConfig:
     instructions: str = ""  # the system prompt
     voice: Optional[str] = None  # a speaker name of the checkpoint (None: its default)
-    tools: tuple[FunctionTool, ...] = ()
+    tools: tuple = ()  # voicechat.tools.Tool without fn: the client runs them
 
     @property
     def model_inputs(self) -> tuple:
@@ -187,8 +174,7 @@ class SessionConfig:
                 voice = voice.get("id")
             changes["voice"] = expect(voice, str, "session.audio.output.voice")
         if session.get("tools") is not None:
-            changes["tools"] = tuple(function_tool(t, f"session.tools[{i}]")
-                                     for i, t in enumerate(expect(session["tools"], list, "session.tools")))
+            changes["tools"] = client_tools(expect(session["tools"], list, "session.tools"))
         if session.get("tool_choice") not in (None, "auto"):
             raise ClientEventError("invalid_value", "tool_choice must be \"auto\": the model decides when it calls a "
                                                     "tool", "session.tool_choice")
@@ -202,7 +188,7 @@ class SessionConfig:
             "audio": {"input": {"format": dict(PCM), "turn_detection": None, "transcription": None,
                                 "noise_reduction": None},
                       "output": {"format": dict(PCM), "voice": self.voice}},
-            "tools": [t.ga() for t in self.tools], "tool_choice": "auto",
+            "tools": [{"type": "function", **t.declaration()} for t in self.tools], "tool_choice": "auto",
         }
 
 
@@ -225,17 +211,30 @@ def check_format(side: dict, param: str) -> None:
                                                 f"(PCM16 mono at 24 kHz), got {json.dumps(fmt)}", f"{param}.format")
 
 
-def function_tool(tool: Any, param: str) -> FunctionTool:
-    tool = expect(tool, dict, param)
-    if tool.get("type", "function") != "function":
-        raise ClientEventError("invalid_value", f"{param}.type must be \"function\" (client-executed tools only)",
-                               f"{param}.type")
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise ClientEventError("missing_required_parameter", f"{param} needs a non-empty 'name'", f"{param}.name")
-    description = expect(tool.get("description", ""), str, f"{param}.description")
-    parameters = expect(tool.get("parameters", {}), dict, f"{param}.parameters")
-    return FunctionTool(name, description, json.dumps(parameters, sort_keys=True, ensure_ascii=False))
+def client_tools(declarations: list) -> tuple:
+    """GA function tools (OAI ``realtime_function_tool.py``) -> voicechat Tools without a Python function (the client
+    runs them and sends back function_call_output); names, schemas and the count are checked as for any session."""
+    from .errors import ToolError
+    from .tools import Tool
+    from .tools.declare import checked_tools
+
+    tools = []
+    for i, spec in enumerate(declarations):
+        param = f"session.tools[{i}]"
+        expect(spec, dict, param)
+        if spec.get("type", "function") != "function":
+            raise ClientEventError("invalid_value", f"{param}.type must be \"function\" (client-executed tools only)",
+                                   f"{param}.type")
+        if not spec.get("name"):
+            raise ClientEventError("missing_required_parameter", f"{param} needs a non-empty 'name'", f"{param}.name")
+        try:
+            tools.append(Tool.from_dict(spec))
+        except ToolError as e:
+            raise ClientEventError("invalid_value", f"{param}: {e}", param)
+    try:
+        return checked_tools(tools)
+    except ToolError as e:
+        raise ClientEventError("invalid_value", str(e), "session.tools")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -316,6 +315,7 @@ class Conversation:
         self.muted = False  # after response.cancel, until the model's turn ends
         self.last_item: Optional[str] = None  # for previous_item_id
         self.metadata: Optional[dict] = None  # from response.create: tags the next response
+        self.waiting: dict[str, dict] = {}  # call_id -> function_call item whose output the session waits for
 
     # ---- frames ------------------------------------------------------------------------------------------------
     def frames(self, frames: Iterable, backlog_seconds: float) -> list[dict]:
@@ -323,10 +323,11 @@ class Conversation:
 
     def frame(self, frame, backlog_seconds: float) -> list[dict]:
         out = self.hear(frame.transcript, frame.position) if frame.transcript else []
+        calls_start = any(event.kind == "call_start" for event in frame.events)
         if frame.turn == "start":
             out += self.close_response("completed") + self.open_response(frame.position)
             self.muted = False
-        elif self.response is None and frame.text and not self.muted:
+        elif self.response is None and ((frame.text and not self.muted) or calls_start):
             out += self.open_response(frame.position)
         audio = self.audio.encode(frame.audio)
         response = self.response
@@ -335,6 +336,12 @@ class Conversation:
             if frame.text:
                 response.message["content"][0]["transcript"] += frame.text
                 out.append({"type": "response.output_audio_transcript.delta", **response.part(delta=frame.text)})
+        for event in frame.events:
+            if event.kind == "call":
+                out += self.function_calls(event.calls, frame.position)
+            elif event.kind == "result":  # the session has the results (or timed out): no call waits any more
+                for call in event.calls:
+                    self.waiting.pop(call.call_id, None)
         if frame.turn == "end":
             out += self.close_response("completed")
             self.muted = False
@@ -368,6 +375,49 @@ class Conversation:
                  "item": copy.deepcopy(message)},
                 {"type": "conversation.item.done", "item": copy.deepcopy(message)},
                 {"type": "response.done", "response": response.ga(status, details)}]
+
+    # ---- tool calls --------------------------------------------------------------------------------------------
+    def function_calls(self, calls, position: int) -> list[dict]:
+        """The model's calls were read (EOTC): one function_call item per usable call, then the response ends, as an
+        OpenAI response that calls a function does; the model's answer after the results is the next response. The
+        model itself gets an error object for an unusable call: the client only hears of it."""
+        out = [] if self.response is not None else self.open_response(position)
+        response = self.response
+        for call in calls:
+            if call.error:
+                out.append({"type": "voicechat.function_call.failed", "call_id": call.call_id, "name": call.name,
+                            "error": call.error, "raw": call.raw})
+                continue
+            arguments = json.dumps(call.arguments, ensure_ascii=False)
+            item = {"id": new_id("item"), "object": "realtime.item", "type": "function_call",
+                    "status": "in_progress", "call_id": call.call_id, "name": call.name, "arguments": ""}
+            where = {"response_id": response.id, "item_id": item["id"], "output_index": len(response.output),
+                     "call_id": call.call_id}
+            response.output.append(item)
+            out += [{"type": "response.output_item.added", "response_id": response.id,
+                     "output_index": where["output_index"], "item": copy.deepcopy(item)},
+                    self.added(item),
+                    {"type": "response.function_call_arguments.delta", **where, "delta": arguments}]
+            item.update(arguments=arguments, status="completed")
+            out += [{"type": "response.function_call_arguments.done", **where, "name": call.name,
+                     "arguments": arguments},
+                    {"type": "response.output_item.done", "response_id": response.id,
+                     "output_index": where["output_index"], "item": copy.deepcopy(item)},
+                    {"type": "conversation.item.done", "item": copy.deepcopy(item)}]
+            self.waiting[call.call_id] = item
+        return out + self.close_response("completed")
+
+    def function_output(self, item: dict) -> list[dict]:
+        """conversation.item.create of a function_call_output: checked against the calls that wait for one."""
+        call_id = expect(item.get("call_id"), str, "item.call_id")
+        expect(item.get("output"), str, "item.output")
+        if call_id not in self.waiting:
+            raise ClientEventError("invalid_value", f"no function call {call_id} is waiting for its output (unknown, "
+                                                    "answered already, or timed out)", "item.call_id")
+        del self.waiting[call_id]
+        item = {"id": item.get("id") or new_id("item"), "object": "realtime.item", "type": "function_call_output",
+                "call_id": call_id, "output": item["output"], "status": "completed"}
+        return [self.added(item), {"type": "conversation.item.done", "item": item}]
 
     # ---- the user's side ---------------------------------------------------------------------------------------
     def hear(self, text: str, position: int) -> list[dict]:
@@ -433,7 +483,10 @@ def frame_event(frame, backlog_seconds: float, response_id: Optional[str], audio
             "codes": np.asarray(frame.codes).tolist(), "text": frame.text, "function_text": frame.function_text,
             "transcript": frame.transcript, "turn": frame.turn,
             "compute_ms": {stage: round(1000 * s, 3) for stage, s in frame.seconds.items()},
-            "backlog_ms": round(1000 * backlog_seconds, 1), "audio": audio}
+            "backlog_ms": round(1000 * backlog_seconds, 1), "audio": audio,
+            "events": [{"kind": e.kind, "position": e.position,
+                        "calls": [{"call_id": c.call_id, "name": c.name, "arguments": c.arguments, "error": c.error}
+                                  for c in e.calls]} for e in frame.events]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -568,10 +621,11 @@ class Connection:
         if item.get("type") != "function_call_output":
             raise ClientEventError("invalid_value", "only function_call_output items can be created: the model "
                                                     "takes speech, not text", "item.type")
-        call_id = expect(item.get("call_id"), str, "item.call_id")
-        expect(item.get("output"), str, "item.output")
-        raise ClientEventError("invalid_value", f"no function call {call_id} is waiting for its output",
-                               "item.call_id")
+        events = self.conversation.function_output(item)  # checks the call waits: a wrong id would end the session
+        if self.live is None:
+            raise ClientEventError("invalid_value", "the conversation has ended", "item.call_id")
+        self.live.provide_tool_result(item["call_id"], item["output"])
+        self.emit_all(events)
 
     async def on_response_create(self, event: dict) -> None:
         # The model decides when it speaks: the request tags the next response the model opens (LiveKit's
@@ -600,7 +654,8 @@ class Connection:
             return False
         try:
             live = self.server.engine.open_live(LiveRequest(system_prompt=self.config.instructions,
-                                                            speaker=self.config.voice), owner=self.name)
+                                                            speaker=self.config.voice, tools=self.config.tools),
+                                                owner=self.name)
         except EngineBusy as e:
             self.reject(ClientEventError("server_busy", str(e), kind="server_error"), None)
             self.close(CLOSE_TRY_AGAIN_LATER, "server busy")
