@@ -215,6 +215,8 @@ def test_session_update_is_partial_and_validated():
     GA_EVENT.validate_python({"type": "session.updated", "event_id": "e", "session": ga})
     assert ga["tools"] == [tool]
     assert cfg.updated({"type": "realtime", "instructions": "Hi."}).tools == cfg.tools  # partial: tools stay
+    # OpenAI's voice names (LiveKit sends "marin" unless told otherwise) mean the checkpoint's own voice
+    assert cfg.updated({"type": "realtime", "audio": {"output": {"voice": "marin"}}}).voice is None
     bad = [({"instructions": "x"}, "invalid_value", "session.type"),
            ({"type": "transcription"}, "invalid_value", "session.type"),
            ({"type": "realtime", "instructions": 3}, "invalid_value", "session.instructions"),
@@ -809,3 +811,45 @@ def test_sdk_tool_call_round_trip(scripted_server, tiny_model):
     by_position = {f["position"]: f for f in frames}
     assert [by_position[start + i]["function_id"] for i in range(len(injected))] == injected
     assert frames[-1]["position"] == start + len(injected)  # the "end" position: the exchange is over
+
+
+def test_the_readme_example_streams_a_wav_and_saves_the_answer(server, tmp_path):
+    import soundfile as sf
+
+    server.wait_idle()
+    example = Path(__file__).parent.parent / "examples" / "realtime_wav.py"
+    out = subprocess.run([sys.executable, str(example), str(WAV), "--url", server.base_url, "--tail", "1",
+                          "--out", str(tmp_path / "answer.wav"), "--texts", str(tmp_path / "answer.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    texts = json.loads((tmp_path / "answer.json").read_text())
+    info = sf.info(str(tmp_path / "answer.wav"))
+    assert (info.samplerate, info.channels, info.subtype) == (24000, 1, "PCM_16")
+    assert info.duration > 1.0 and texts["answer_seconds"] == round(info.frames / 24000, 2)
+    assert texts["user_transcript"] and texts["assistant"]  # the random model hears and says something
+    assert f"you said:  {texts['user_transcript']}" in out.stdout
+
+
+def test_a_voice_the_checkpoint_lacks_fails_the_setup_and_another_update_recovers(server):
+    pcm = base64.b64encode(np.zeros(CHUNK, "<i2").tobytes()).decode()
+
+    async def scenario():
+        manager, conn, _ = await open_session(server)
+        try:
+            await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "Nobody"}}})
+            events = await receive_until(conn, "error")
+            assert events[0]["type"] == "session.updated"
+            assert (events[-1]["error"]["code"], events[-1]["error"]["param"]) == ("session_setup_failed", "session")
+            assert "Nobody" in events[-1]["error"]["message"]
+            await conn.input_audio_buffer.append(audio=pcm)
+            await expect_error(conn, "session_setup_failed", "session")
+            await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "marin"}}})
+            assert (await receive(conn))["type"] == "session.updated"
+            await conn.input_audio_buffer.append(audio=pcm)
+            await conn.input_audio_buffer.append(audio=pcm)
+            events = await receive_until(conn, "response.output_audio.delta")  # the conversation runs
+            assert "error" not in types(events)
+        finally:
+            await close(conn)
+    run(scenario())
+    serves_next_connection(server)

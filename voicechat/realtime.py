@@ -51,6 +51,10 @@ INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set header
 DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
                1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
 
+# OpenAI's own voice names (OAI realtime_audio_config_output.py): clients send one by default (LiveKit: "marin"), so
+# they mean the checkpoint's own voice; any other name is a speaker of the checkpoint
+OPENAI_VOICES = {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
+
 # Client events this server acts on, and GA client events it knows but does not implement (LIVE.md §3.1).
 HANDLED = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
            "conversation.item.create", "response.create", "response.cancel")
@@ -172,7 +176,8 @@ class SessionConfig:
         if voice is not None:
             if isinstance(voice, dict):  # GA custom voice object {id}
                 voice = voice.get("id")
-            changes["voice"] = expect(voice, str, "session.audio.output.voice")
+            voice = expect(voice, str, "session.audio.output.voice")
+            changes["voice"] = None if voice in OPENAI_VOICES else voice
         if session.get("tools") is not None:
             changes["tools"] = client_tools(expect(session["tools"], list, "session.tools"))
         if session.get("tool_choice") not in (None, "auto"):
