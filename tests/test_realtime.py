@@ -853,3 +853,32 @@ def test_a_voice_the_checkpoint_lacks_fails_the_setup_and_another_update_recover
             await close(conn)
     run(scenario())
     serves_next_connection(server)
+
+
+def test_the_prompt_can_change_until_audio_starts_then_it_is_locked(server, tiny_model):
+    pcm = base64.b64encode(np.zeros(CHUNK, "<i2").tobytes()).decode()
+    long_prompt = "You are a helpful assistant. Answer in one short sentence."
+
+    async def scenario():
+        manager, conn, _ = await open_session(server)
+        try:
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+            first = await receive_until(conn, "voicechat.session.ready")
+            await conn.session.update(session={"type": "realtime", "instructions": long_prompt})
+            second = await receive_until(conn, "voicechat.session.ready")  # a new live session, the new prompt
+            await conn.input_audio_buffer.append(audio=pcm)
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+            locked = await receive_until(conn, "error")
+            await conn.session.update(session={"type": "realtime", "instructions": long_prompt})  # unchanged: fine
+            unchanged = await receive_until(conn, "session.updated")
+            return first, second, locked, unchanged
+        finally:
+            await close(conn)
+
+    first, second, locked, unchanged = run(scenario())
+    prompt_frames = {p: tiny_model.session(system_prompt=p).prompt_frames for p in (PROMPT, long_prompt)}
+    assert first[-1]["prompt_frames"] == prompt_frames[PROMPT]
+    assert second[-1]["prompt_frames"] == prompt_frames[long_prompt] > prompt_frames[PROMPT]
+    assert (locked[-1]["error"]["code"], locked[-1]["error"]["param"]) == ("session_locked", "session")
+    assert "error" not in types(unchanged) and unchanged[-1]["session"]["instructions"] == long_prompt
+    serves_next_connection(server)

@@ -10,11 +10,13 @@ plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
 - the model decides when it speaks. A response opens at the assistant's BOS, or at its first text if no BOS came,
   and closes at its EOS; audio of frames outside a response goes only into the opt-in ``voicechat.frame`` event.
 - the RNNT transcript of the user goes to a user message item, which closes when a response opens or on commit.
-- client-executed tools: ``session.update.tools`` declares them, a ``function_call`` item goes out when the model's
-  call is parsed, ``conversation.item.create {type: function_call_output}`` brings the result back.
+- client-executed tools: ``session.update.tools`` declares them; when the model's call has been read a
+  ``function_call`` item goes out and its response ends; ``conversation.item.create {type: function_call_output}``
+  brings the result back into the model's function channel.
 
 One connection holds the model at a time; a second one gets ``error`` code ``server_busy`` and close code 1013.
 All MLX work stays on the engine thread: these handlers pass numpy arrays to it and read ``Frame``\\ s back.
+``RealtimeServer(engine).router()`` mounts the route in any FastAPI app (``serve`` here, app.py beside Gradio).
 """
 
 from __future__ import annotations
@@ -34,8 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 import numpy as np
+import soxr
+from fastapi import APIRouter, FastAPI
+from starlette.websockets import WebSocketDisconnect
 
-from .errors import VoiceChatError
+from .audio import to_int16
+from .engine import READY, EngineBusy, LiveRequest
+from .errors import ToolError, VoiceChatError
+from .tools import Tool
+from .tools.declare import checked_tools
 
 log = logging.getLogger("voicechat.realtime")
 
@@ -136,8 +145,6 @@ def decode_audio(event: dict) -> np.ndarray:
 
 def encode_audio(samples: np.ndarray) -> str:
     """float32 samples in [-1, 1] -> base64 PCM16 little-endian."""
-    from .audio import to_int16
-
     return base64.b64encode(to_int16(samples).astype("<i2").tobytes()).decode("ascii")
 
 
@@ -219,10 +226,6 @@ def check_format(side: dict, param: str) -> None:
 def client_tools(declarations: list) -> tuple:
     """GA function tools (OAI ``realtime_function_tool.py``) -> voicechat Tools without a Python function (the client
     runs them and sends back function_call_output); names, schemas and the count are checked as for any session."""
-    from .errors import ToolError
-    from .tools import Tool
-    from .tools.declare import checked_tools
-
     tools = []
     for i, spec in enumerate(declarations):
         param = f"session.tools[{i}]"
@@ -261,8 +264,6 @@ class AudioOut:
     deltas equal the whole answer resampled at once (soxr's stream output is chunking-invariant, ECOSYSTEM.md §5)."""
 
     def __init__(self):
-        import soxr
-
         self.stream = soxr.ResampleStream(MODEL_RATE, RATE, 1, dtype="float32")
 
     def encode(self, samples: np.ndarray) -> str:
@@ -545,8 +546,6 @@ class Connection:
         self.outbox.put_nowait((code, reason))
 
     async def write(self) -> None:
-        from starlette.websockets import WebSocketDisconnect
-
         try:
             while True:
                 item = await self.outbox.get()
@@ -649,8 +648,6 @@ class Connection:
         """Open the live session if there is none; False when this connection is closing instead (model busy)."""
         if self.live is not None:
             return True
-        from .engine import READY, EngineBusy, LiveRequest
-
         status = self.server.engine.status()
         if status.state != READY:
             if required:
@@ -735,9 +732,7 @@ class RealtimeServer:
         self.active: Optional[str] = None  # the connection that holds the model
         self.count = 0
 
-    def router(self):
-        from fastapi import APIRouter
-
+    def router(self) -> APIRouter:
         router = APIRouter()
         router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
         return router
@@ -776,9 +771,7 @@ class RealtimeServer:
             self.active = None
 
 
-def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat"):
-    from fastapi import FastAPI
-
+def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat") -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name).router())
     return app
