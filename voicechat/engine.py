@@ -536,7 +536,7 @@ def demo_model(directory: Union[str, Path]) -> ModelLoader:
 
     def load(progress_bar: type):
         import voicechat
-        from voicechat.testing import write_tiny_checkpoint
+        from voicechat.random_checkpoint import write_tiny_checkpoint
 
         return voicechat.load(write_tiny_checkpoint(Path(directory), seed=0), offline=True)
 
