@@ -10,8 +10,8 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from conftest import NEMO
-from voicechat.checkpoint import UNUSED_KEYS, fit_layout, load_into, read_weights
-from voicechat.config import CodecConfig, load_config
+from voicechat.checkpoint import UNUSED_KEYS, fit_layout, load_config, load_into, read_weights
+from voicechat.config import CodecConfig
 from voicechat.tts.codec import (AudioCodec, CausalDepthwiseConv1d, StridedConv1d, StridedConvTranspose1d,
                                  bounded_magnitude, hann_window, head_spectrum, overlap_add, pad_to_multiple,
                                  stft_channels, windowed_frames)

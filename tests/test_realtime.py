@@ -541,7 +541,7 @@ def pcm16_24k(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def tiny_model(tmp_path_factory):
     """The demo model, built here the way ``serve --demo`` builds it (same seed, same weights)."""
     import voicechat
-    from voicechat.testing import write_tiny_checkpoint
+    from voicechat.random_checkpoint import write_tiny_checkpoint
 
     return voicechat.load(write_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), seed=0), offline=True)
 

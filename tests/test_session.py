@@ -8,7 +8,6 @@ encoder frames), so the positions the end creates are NeMo's too and no position
 
 from functools import lru_cache
 
-import mlx.core as mx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -90,7 +89,7 @@ def test_chunks_give_nemo_offline_output_at_every_position(run, size):
 def release_model(tmp_path_factory):
     """Our tiny checkpoint in the release layout: a function head (weight 2.0) and an RNNT head, which NeMo 3.0.0
     lacks."""
-    from voicechat.testing import write_checkpoint
+    from voicechat.random_checkpoint import write_checkpoint
 
     return voicechat.load(write_checkpoint(tmp_path_factory.mktemp("release") / "ckpt", "nested"))
 

@@ -18,11 +18,12 @@ import soundfile as sf
 
 import voicechat
 import voicechat.engine as eng
-from voicechat.__main__ import main, result_json
+from voicechat.__main__ import main
 from voicechat.errors import ConfigError, ToolError
+from voicechat.result import conversation_json
 from voicechat.session import Session
 from voicechat.stt import lm
-from voicechat.testing import write_tiny_checkpoint, write_tokenizer
+from voicechat.random_checkpoint import write_tiny_checkpoint, write_tokenizer
 from voicechat.tokenizer import TextTokenizer
 from voicechat.tools import (BUILTIN_TOOLS, Tool, ToolChannel, calculate, convert_units, get_current_time,
                              load_tools_module, system_prompt, tool)
@@ -284,9 +285,18 @@ def call_ids(tok, calls) -> list[int]:
     return [SOTC] + tok.encode(body) + [EOTC]
 
 
+def step(channel: ToolChannel, t: int, text: int, function: int) -> tuple[bool, int, int, tuple]:
+    """One position as a session runs it: the plan applied to the model's ids, then observed -> (held, text id
+    kept, function id kept, events)."""
+    plan = channel.plan(t)
+    function = function if plan.function_id is None else plan.function_id
+    text = plan.text_id if plan.text_id is not None else PAD if function == plan.pad_text_if else text
+    return plan.hold, text, function, channel.observe(t, text, function)
+
+
 class Script:
-    """Drives a ToolChannel the way a session does, with a scripted model: ``model(t, state)`` gives the
-    function head's argmax at position t. Records what the channel kept at every position."""
+    """Drives a ToolChannel the way a session does, with a scripted model (``function_ids[t]`` is the function
+    head's argmax at position t). Records what the channel kept at every position."""
 
     def __init__(self, channel: ToolChannel, function_ids: list[int], after_response: int = EOTR):
         self.channel, self.function_ids, self.after_response = channel, function_ids, after_response
@@ -301,15 +311,15 @@ class Script:
                     release.set()
                 self.channel.wait()
                 assert not self.channel.paused()
-            held = self.channel.holds_user_audio()
+            assert self.channel.holds_user_audio() == self.channel.plan(t).hold
             f = self.function_ids[t] if t < len(self.function_ids) else PAD
             if self.channel._state == "eotr":  # the model's prediction after the response
                 f = self.after_response
             elif self.channel._state == "inject":
                 f = NOISE  # whatever the head predicts is replaced by the response
-            step = self.channel.observe(t, TEXT, f)
-            self.rows.append((t, held, step.text_id, step.function_id, tuple(e.kind for e in step.events)))
-            self.events.extend(step.events)
+            held, text, function, events = step(self.channel, t, TEXT, f)
+            self.rows.append((t, held, text, function, tuple(e.kind for e in events)))
+            self.events.extend(events)
         return self
 
     def kept(self, start, stop, column=3):
@@ -368,15 +378,17 @@ def test_channel_pauses_while_the_tool_runs(tok):
     channel = ToolChannel([slow], tok, PAD)
     ids = call_ids(tok, [{"name": "slow"}])
     for t, f in enumerate(ids):
-        channel.observe(t, TEXT, f)
+        step(channel, t, TEXT, f)
     assert channel.paused() and channel.paused() and channel.pending()
     with pytest.raises(RuntimeError, match="paused"):
-        channel.observe(len(ids), TEXT, PAD)
+        channel.plan(len(ids))
     gate.set()
     channel.wait()
     assert not channel.paused() and channel.holds_user_audio()
-    step = channel.observe(len(ids), TEXT, NOISE)
-    assert step.events[0].kind == "result" and step.events[0].calls[0].result == "done"
+    events = step(channel, len(ids), TEXT, NOISE)[3]
+    assert events[0].kind == "result" and events[0].calls[0].result == "done"
+    with pytest.raises(RuntimeError, match="not the planned"):  # a session that did not apply the plan
+        channel.observe(len(ids) + 1, TEXT, NOISE)
 
 
 def failing_exchange(tok, tools, ids, timeout=15.0):
@@ -468,7 +480,7 @@ def test_channel_client_run_tools(tok):
     ids = call_ids(tok, [{"name": "lookup", "arguments": {"q": "tides"}}])
     events = []
     for t, f in enumerate(ids):
-        events += channel.observe(t, TEXT, f).events
+        events += step(channel, t, TEXT, f)[3]
     (call,) = events[-1].calls
     assert events[-1].kind == "call" and call.arguments == {"q": "tides"} and channel.paused()
     with pytest.raises(ToolError, match="must be a string"):
@@ -479,7 +491,7 @@ def test_channel_client_run_tools(tok):
     with pytest.raises(ToolError, match="is waiting"):
         channel.provide_result(call.call_id, "again")
     assert not channel.paused()
-    assert channel.observe(len(ids), TEXT, NOISE).events[0].calls[0].result == {"high": "6am"}
+    assert step(channel, len(ids), TEXT, NOISE)[3][0].calls[0].result == {"high": "6am"}
 
 
 def test_channel_needs_nvidias_tool_tokens():
@@ -494,8 +506,7 @@ def test_channel_passes_everything_through_without_calls(tok):
     rng = random.Random(0)
     for t in range(200):
         f = rng.choice([PAD, EOTC, EOTR, 50, 77])  # EOTC and EOTR outside an exchange mean nothing
-        step = channel.observe(t, t, f)
-        assert (step.text_id, step.function_id, step.events) == (t, f, ()) and not channel.holds_user_audio()
+        assert step(channel, t, t, f) == (False, t, f, ()) and not channel.holds_user_audio()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -660,7 +671,13 @@ class ScriptedHead:
         self.tok, self.calls, self.gap = tok, list(calls), gap
         self.queue, self.wait, self.session = [], first, None
 
-    def __call__(self, t: int) -> int:
+    def __call__(self, t: int) -> tuple:
+        """The session's script seam: (text id or None, function id or None) for position t."""
+        if self.session is None or t < self.session.prompt_frames:
+            return None, None  # the session's prompt
+        return None, self.function_id()
+
+    def function_id(self) -> int:
         if self.queue:
             return self.queue.pop(0)
         if self.session.tool_channel.pending():
@@ -735,7 +752,7 @@ def story(tiny):
     head = ScriptedHead(tiny.tokenizer, STORY_CALLS)
     paused_feeds = []
     with LLMInputs() as spy:
-        s = Session(tiny, "", 0, None, None, tools, function_script=head)
+        s = Session(tiny, "", 0, None, None, tools, script=head)
         head.session = s
         frames = []
         for i in range(0, len(audio), CHUNK):
@@ -821,7 +838,10 @@ def test_session_feed_returns_while_a_tool_runs(story):
 
 
 def test_session_result_is_json(story):
-    record = result_json(story["result"])
+    """The conversation record (the CLI's --json, the app's conversation.json) carries the calls."""
+    record = conversation_json(eng.make_answer(story["tiny"], story["result"], 1.0), source="cli", model="tiny",
+                               input_file="x.wav", input_sample_rate=16000, input_seconds=3.0, system_prompt="",
+                               seed=0, generation_config=voicechat.GenerationConfig())
     back = json.loads(json.dumps(record))
     assert [c["name"] for c in back["tool_calls"]] == ["add", "wait", "lookup", "", "multiply", "add", "boom"]
     assert back["tool_calls"][0]["injection_start"] == story["session"].tool_calls[0].injection_start
@@ -841,7 +861,7 @@ def test_generate_with_tools_waits_for_the_exchange(tiny):
     script = {p + i: f for i, f in enumerate(ids)} | {e + m + 1: EOTR}
     x = noise(1.0, seed=1)
     r = tiny._generate(x, 16000, "", 0, None, voicechat.GenerationConfig(max_extra_seconds=1.0), None, [add],
-                       function_script=lambda t: script.get(t, PAD))
+                       script=lambda t: (None, script.get(t, PAD)))
     (call,) = r.tool_calls
     assert (call.call_start, call.call_end, call.injection_start, call.end, call.result) == (p, e, e + 1, e + m + 1,
                                                                                               {"sum": 5})
@@ -888,7 +908,8 @@ def test_cli_tools(tiny_dir, tiny, tmp_path, capsys):
     wav = tmp_path / "q.wav"
     sf.write(wav, noise(0.5, seed=2), 16000)
     assert main(["generate", "--model", str(tiny_dir), "--audio", str(wav), "--tools-module", str(module), "--json",
-                 str(js), "--extra-seconds", "0.2", "--quiet", "--offline"]) == 0
+                 str(js), "--output-audio", str(tmp_path / "a.wav"), "--extra-seconds", "0.2", "--quiet",
+                 "--offline"]) == 0
     info = json.loads(js.read_text())
     assert [t["name"] for t in info["settings"]["tools"]] == ["echo"] and isinstance(info["tool_calls"], list)
     assert info["prompt_frames"] == tiny.prompt_length(system_prompt("", load_tools_module(module)))
@@ -896,5 +917,5 @@ def test_cli_tools(tiny_dir, tiny, tmp_path, capsys):
                                        "a, b, c = Tool('a', 'A.'), Tool('b', 'B.'), Tool('c', 'C.')\n")
     capsys.readouterr()
     assert main(["generate", "--model", str(tiny_dir), "--audio", str(wav), "--tools", "builtin", "--tools-module",
-                 str(tmp_path / "three.py")]) == 2
+                 str(tmp_path / "three.py"), "--output-audio", str(tmp_path / "b.wav")]) == 2
     assert capsys.readouterr().err.strip() == "error: at most 5 tools per conversation (got 6): pass fewer"

@@ -1,15 +1,18 @@
-"""Command line: ``python -m voicechat generate | download | bench``.
+"""Command line: ``voicechat generate | download | bench`` (installed with the package; the same as
+``python -m voicechat ...``).
 
-Exit codes: 0 ok, 2 bad usage or input, 1 any other failure.
+Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .errors import AudioInputError, ToolError, VoiceChatError
@@ -48,16 +51,31 @@ def generation_config(a: argparse.Namespace):
                             tts_noise_scale=a.tts_noise, turn_markers=a.turn_markers, **text)
 
 
-def result_json(result) -> dict:
-    return {
-        "user_transcript": result.user_transcript, "text": result.text, "function_text": result.function_text,
-        "sample_rate": result.sample_rate, "seconds": round(result.seconds, 3), "first_frame": result.first_frame,
-        "prompt_frames": result.prompt_frames, "input_frames": result.input_frames,
-        "frame_seconds": result.frame_seconds, "text_tokens": result.text_tokens.tolist(),
-        "function_tokens": result.function_tokens.tolist(), "audio_codes": result.audio_codes.tolist(),
-        "timings_s": {k: round(v, 4) for k, v in result.timings.items()}, "settings": result.settings,
-        "tool_calls": [call.to_dict() for call in result.tool_calls],
-    }
+def input_file(path: str) -> Path:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UsageError(f"--audio {path} is a folder; give one recording (a file)")
+    if not p.is_file():
+        raise UsageError(f"--audio {path}: no such file")
+    return p
+
+
+def output_file(path: Optional[str], option: str) -> Optional[Path]:
+    """An output path checked before the long run: its folder must exist and it must not be a folder itself."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name in it")
+    if not p.parent.is_dir():
+        raise UsageError(f"{option} {path}: the folder {p.parent} does not exist; create it first")
+    return p
+
+
+def default_answer_file(recording: Path) -> Path:
+    """``<recording name>-answer.wav`` in the current folder, numbered so that no file is overwritten."""
+    names = (f"{recording.stem}-answer{'' if n == 1 else f'-{n}'}.wav" for n in itertools.count(1))
+    return next(p for p in (Path.cwd() / name for name in names) if not p.exists())
 
 
 def chosen_tools(a: argparse.Namespace) -> tuple:
@@ -79,34 +97,45 @@ def print_tool_calls(result) -> None:
 
 def cmd_generate(a: argparse.Namespace) -> int:
     from . import load
-    from .audio import write_wav
+    from .audio import check_recording, read_audio, write_wav
+    from .engine import make_answer
+    from .result import conversation_json
 
-    if not Path(a.audio).is_file():
-        raise UsageError(f"--audio {a.audio}: no such file")
+    recording = input_file(a.audio)
+    answer_file = output_file(a.output_audio, "--output-audio") or default_answer_file(recording)
+    json_file = output_file(a.json, "--json")
     gen = generation_config(a)
+    samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
+    check_recording(samples, rate, max_seconds=gen.max_input_seconds)
     tools = chosen_tools(a)
     t0 = time.perf_counter()
     print(f"loading {a.model} ...", file=sys.stderr)
     model = load(a.model, tokenizer=a.tokenizer, offline=a.offline)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     bar = ProgressBar()
+    t0 = time.perf_counter()
     try:
-        result = model.generate(a.audio, None, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
+        result = model.generate(samples, rate, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
                                 config=gen, progress=None if a.quiet else bar, tools=tools)
     finally:
         if not a.quiet:
             bar.close()
+    wall = time.perf_counter() - t0
     if result.user_transcript:
         print(f"[user] {result.user_transcript}")
     print(result.text.strip())
     if result.function_text.strip():
         print(f"[function] {result.function_text.strip()}")
     print_tool_calls(result)
-    if a.output_audio:
-        write_wav(a.output_audio, result.audio, result.sample_rate)
-        print(f"wrote {a.output_audio} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
-    if a.json:
-        Path(a.json).write_text(json.dumps(result_json(result), indent=1, ensure_ascii=False))
+    write_wav(answer_file, result.audio, result.sample_rate)
+    print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
+    if json_file:
+        record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model,
+                                   input_file=recording.name, input_sample_rate=rate, input_seconds=len(samples) / rate,
+                                   system_prompt=a.system_prompt, seed=a.seed, generation_config=gen,
+                                   answer_file=answer_file.name)
+        json_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {json_file}", file=sys.stderr)
     return 0
 
 
@@ -120,12 +149,19 @@ def cmd_download(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     from .benchmarks.frame import main as bench_main
 
+    output_file(a.json, "--json")
     return bench_main(a)
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
-    from .realtime import serve
+    try:
+        import uvicorn  # noqa: F401
+        import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
 
+        from .realtime import serve
+    except ImportError as e:
+        raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
+                         "(or pip install \"voicechat[app]\")") from None
     serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
     return 0
 
@@ -144,18 +180,21 @@ def add_serve_parser(sub) -> None:
     s.set_defaults(func=cmd_serve)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m voicechat", description="NemotronLabs-VoiceChat-11B on MLX.")
+def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
     g.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
-    g.add_argument("--audio", required=True, help="input recording (WAV, FLAC, OGG, MP3; any rate and channels)")
-    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV)")
+    g.add_argument("--audio", required=True,
+                   help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
+    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
+                                          "<recording name>-answer.wav in the current folder)")
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
-    g.add_argument("--json", help="write transcript, texts, per-frame token ids, codes, tool calls, settings and "
-                                  "timings here")
+    g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
+                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
+                                  "conversation.json)")
     g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
                                                          "calculator, unit conversion)")
     g.add_argument("--tools-module", metavar="PATH.py",
@@ -183,18 +222,19 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("repo", nargs="?", default=DEFAULT_MODEL,
                    help="repo id; supported: " + ", ".join(SUPPORTED_CHECKPOINTS))
     d.set_defaults(func=cmd_download)
-    b = sub.add_parser("bench", help="per-frame speed of a checkpoint (see voicechat/benchmarks/frame.py)")
-    b.add_argument("--model", default=DEFAULT_MODEL)
-    b.add_argument("--frames", type=int, default=50, help="timeline frames to time (default 50)")
-    b.add_argument("--json", help="write the numbers here")
+    b = sub.add_parser("bench", help="per-frame speed of a checkpoint, offline and streaming (voicechat/benchmarks/frame.py)")
+    from .benchmarks.frame import add_arguments
+
+    add_arguments(b)
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     return p
 
 
 def main(argv=None) -> int:
+    prog = "voicechat" if Path(sys.argv[0]).name == "voicechat" else "python -m voicechat"  # the installed command
     try:
-        args = parser().parse_args(argv)
+        args = parser(prog).parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage error
         return 0 if e.code == 0 else 2
     try:

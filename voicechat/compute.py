@@ -59,14 +59,14 @@ def compile_enabled() -> bool:
 
 
 class CompiledFunctions:
-    """Per-frame functions by key, compiled on first use when :func:`compile_enabled` and kept. The modules a
-    function reads are its implicit inputs, so later weight loads or quantization are seen. A plain object: not
-    part of any parameter tree."""
+    """Per-frame functions by key, compiled on first use when :func:`compile_enabled` and kept. The weights they read
+    are captured as constants (no per-call flattening of the module tree): the model is loaded once and its weights
+    never change afterwards. A plain object: not part of any parameter tree."""
 
     def __init__(self):
         self.functions: dict = {}
 
-    def get(self, key, fn, modules: list):
+    def get(self, key, fn):
         if key not in self.functions:
-            self.functions[key] = mx.compile(fn, inputs=list(modules)) if compile_enabled() else fn
+            self.functions[key] = mx.compile(fn) if compile_enabled() else fn
         return self.functions[key]

@@ -233,7 +233,8 @@ class Live(Job):
 
     def _execute(self, model) -> None:
         request: LiveRequest = self.request
-        session = model.session(request.system_prompt, request.seed, request.speaker, request.config, request.tools)
+        extra = {"tools": request.tools} if request.tools else {}
+        session = model.session(request.system_prompt, request.seed, request.speaker, request.config, **extra)
         self._emit(LiveEvent(READY, setup_seconds=session.setup_seconds, prompt_frames=session.prompt_frames))
         try:
             while not self.cancel_requested and not session.ended:
@@ -418,9 +419,11 @@ class Engine:
 
         request = job.request
         kwargs = {} if request.config is None else {"config": request.config}
+        if request.tools:
+            kwargs["tools"] = request.tools
         try:
             result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
-                                         seed=request.seed, progress=progress, tools=request.tools, **kwargs)
+                                         seed=request.seed, progress=progress, **kwargs)
             answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
         except Cancelled as e:
             job._emit(Event(CANCELLED, done=frames_done, message=str(e)))
@@ -533,7 +536,7 @@ def demo_model(directory: Union[str, Path]) -> ModelLoader:
 
     def load(progress_bar: type):
         import voicechat
-        from voicechat.testing import write_tiny_checkpoint
+        from voicechat.random_checkpoint import write_tiny_checkpoint
 
         return voicechat.load(write_tiny_checkpoint(Path(directory), seed=0), offline=True)
 

@@ -9,6 +9,7 @@ silence until the assistant's turn has ended).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import time
 from pathlib import Path
@@ -16,10 +17,11 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
+from . import compute
 import mlx.core as mx
 
 from .audio import prepare_input, read_audio, resample
+from .cache import capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
 from .model import VoiceChatModel, load_parts, speaker_reference_path
@@ -31,6 +33,7 @@ from .tools import Tool, system_prompt as tool_prompt
 from .tts.eartts import prompt_samples, warmup_waveform
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
+WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
 
 Progress = Callable[[int, int, FrameUpdate], None]
 
@@ -114,10 +117,9 @@ class Model:
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, function_script=None) -> Result:
-        """``generate`` with the test and benchmark seams: ``noise`` replays the TTS random draws, ``profile`` syncs
-        at every stage boundary so the timings split honestly, ``function_script(position)`` replaces the function
-        head's output."""
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
+        """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
+        ``profile``, ``script``)."""
         gen = config or GenerationConfig()
         cfg = self.config
         x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
@@ -128,7 +130,7 @@ class Model:
                                   + self.encoder_frames(len(x) + extra))
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
-                          on_frame=tracker.frame, function_script=function_script)
+                          on_frame=tracker.frame, script=script)
 
         def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
             session.feed(samples, cfg.input_sample_rate)
@@ -152,6 +154,17 @@ class Model:
             else:
                 session.flush()
         return dataclasses.replace(session.result(), input_frames=heard - session.prompt_frames)
+
+    def warm_up(self, positions: int = WARM_POSITIONS) -> float:
+        """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
+        tracing and the GPU's kernel compilation happen now rather than in the first answer or at a cache's growth
+        (GPU only: on a CPU nothing is compiled). Returns the seconds it took."""
+        t0 = time.perf_counter()
+        session = Session(self, "warm up")
+        session.feed(np.zeros(3 * self.config.samples_per_input_frame, np.float32), self.config.input_sample_rate)
+        self.net.stt_model.llm.warm_up(capacities(positions))
+        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
+        return time.perf_counter() - t0
 
     def prompt_length(self, system_prompt: str) -> int:
         """Timeline positions of a system prompt: [bos] + its tokens + [eos] (SPEC §1.2 C), none without one."""
@@ -214,4 +227,8 @@ def load(path_or_repo: Union[str, Path, None] = None, tokenizer: Optional[str] =
 
     cfg, tok, net, directory = load_parts(str(path_or_repo or DEFAULT_MODEL), tokenizer, dtype, offline,
                                           download_progress)
-    return Model(cfg, tok, net, directory)
+    model = Model(cfg, tok, net, directory)
+    if compute.compile_enabled():
+        model.warm_up()
+    gc.freeze()  # the model's many Python objects leave the collector's view: no long collections mid-conversation
+    return model

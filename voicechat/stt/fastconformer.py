@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -168,11 +168,15 @@ class AttentionContext:
         return self.block + self.left + self.right
 
 
-def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start: int = 0,
-                      history: int = 0) -> AttentionContext:
-    """The context of ``length`` new frames from absolute position ``start`` (``history`` cached frames before
-    them); ``lengths`` [B] are the valid lengths, absolute."""
-    left, right = context_reach(cfg, start + length)
+def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start=0, history: int = 0,
+                      left: Optional[int] = None) -> AttentionContext:
+    """The context of ``length`` new frames from absolute position ``start`` (an int, or a scalar array in a compiled
+    stream step) with ``history`` cached frames before them; ``lengths`` [B] are the valid lengths, absolute. A
+    stream passes its fixed ``left`` reach (its cache holds that many frames, zeros before the first, all masked)."""
+    if left is None:
+        left, right = context_reach(cfg, start + length)
+    else:
+        right = 0
     block = max(1, min(QUERY_BLOCK, length))
     blocks = -(-length // block)
     span = block + left + right
@@ -249,18 +253,23 @@ class RelPositionMultiHeadAttention(nn.Module):
         """[..., D] -> [..., H, D / H]"""
         return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
 
+    def position_keys(self, pos_emb: mx.array) -> mx.array:
+        """``linear_pos`` of the relative-position encodings [W, d] -> [W, H, dk] (a stream computes it once)."""
+        return self.split_heads(self.linear_pos(pos_emb))
+
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
-        """[B, T, D] -> [B, T, D]. With a stream's ``cache``, the cached keys and values come first (``ctx.history``
-        of them) and the last ``left`` of the new ones replace them."""
+        """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
+        and the last ones (as many as it holds) replace them."""
         q = self.split_heads(self.linear_q(x))
         k = self.split_heads(self.linear_k(x))
         v = self.split_heads(self.linear_v(x))
-        if cache is not None:
-            if cache.keys is not None:
-                k, v = mx.concatenate([cache.keys, k], axis=1), mx.concatenate([cache.values, v], axis=1)
-            keep = max(0, k.shape[1] - cache.keep)
-            cache.keys, cache.values = k[:, keep:], v[:, keep:]
-        p = self.split_heads(self.linear_pos(ctx.pos_emb))  # [W, H, dk]
+        if cache is None:
+            p = self.position_keys(ctx.pos_emb)
+        else:
+            keep = cache.keys.shape[1]
+            k, v = mx.concatenate([cache.keys, k], axis=1), mx.concatenate([cache.values, v], axis=1)
+            cache.keys, cache.values = k[:, k.shape[1] - keep:], v[:, v.shape[1] - keep:]
+            p = cache.positions
         return self.linear_out(relative_attention(q + self.pos_bias_u, q + self.pos_bias_v, k, v, p, ctx))
 
 
@@ -369,6 +378,7 @@ class ConformerEncoder(nn.Module):
         self.cfg = cfg
         self.pre_encode = ConvSubsampling(cfg)
         self.layers = [ConformerLayer(cfg) for _ in range(cfg.n_layers)]
+        self._compiled = compute.CompiledFunctions()
 
     def __call__(self, features: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
         # [B, T, F], [B] -> [B, T', D], [B]
@@ -381,6 +391,44 @@ class ConformerEncoder(nn.Module):
 
     def context(self, length: int, lengths: mx.array) -> AttentionContext:
         return attention_context(self.cfg, length, lengths)
+
+    def stream_reach(self) -> int:
+        """Frames of keys a query can reach back (70 in the release): what a stream's caches hold."""
+        return context_reach(self.cfg, 1 << 30)[0]
+
+    def stream_state(self, dtype: mx.Dtype) -> list[mx.array]:
+        """A new stream's caches, per layer [keys, values, conv inputs]: all zeros (masked, as NeMo's left padding)."""
+        cfg = self.cfg
+        heads = cfg.n_heads
+        kv = mx.zeros((1, self.stream_reach(), heads, cfg.d_model // heads), dtype)
+        conv = mx.zeros((1, cfg.conv_kernel_size - 1, cfg.d_model), dtype)
+        return [a for _ in self.layers for a in (kv, kv, conv)]
+
+    def stream_positions(self) -> list[mx.array]:
+        """Each layer's position keys for a stream's reach: constants of the model, computed once."""
+        if not hasattr(self, "_positions"):
+            left = self.stream_reach()
+            pos_emb = relative_positional_encoding(mx.arange(left, -1, -1), self.cfg.d_model)
+            self._positions = Constants([layer.self_attn.position_keys(pos_emb) for layer in self.layers])
+        return self._positions.arrays
+
+    def stream_layers(self, x: mx.array, start: mx.array, valid: mx.array, *state: mx.array) -> tuple:
+        """The conformer layers over a stream's new frames x [1, T, D] from absolute position ``start`` (valid
+        length ``valid`` [1]) with its caches ``state`` -> (out [1, T, D], the new caches)."""
+        left = self.stream_reach()
+        ctx = attention_context(self.cfg, x.shape[1], valid, start=start, history=left, left=left)
+        x = self.scale_input(x)
+        out = []
+        for n, (layer, positions) in enumerate(zip(self.layers, self.stream_positions())):
+            cache = LayerCache(*state[3 * n:3 * n + 3], positions)
+            x = layer(x, ctx, cache)
+            out += [cache.keys, cache.values, cache.conv]
+        return (x, *out)
+
+    def compiled_stream_layers(self):
+        """:meth:`stream_layers` for one new frame, compiled where that pays (fixed shapes)."""
+        mx.eval(self.stream_positions())
+        return self._compiled.get("stream", self.stream_layers)
 
     def layer_outputs(self, x: mx.array, lengths: mx.array) -> list[mx.array]:
         """Output of every conformer layer for the ``pre_encode`` output ``x`` [B, T', D]."""
@@ -396,6 +444,14 @@ class ConformerEncoder(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 # streaming: the same layers over frames that arrive in pieces (causal configurations only)
 # ----------------------------------------------------------------------------------------------------------------
+class Constants:
+    """Arrays a model derives once and keeps outside its parameter tree (a plain holder: modules store arrays in
+    attributes as parameters)."""
+
+    def __init__(self, arrays: list[mx.array]):
+        self.arrays = arrays
+
+
 def check_streamable(cfg: EncoderConfig) -> None:
     """A stream needs every frame to depend on earlier input only: causal subsampling and no right attention
     context (the release: ``causal_downsampling``, chunked_limited [70, 0], causal convs; SPEC §2.2)."""
@@ -464,26 +520,27 @@ class SubsamplingStream:
 
 @dataclass
 class LayerCache:
-    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames (None before the
-    first) and the last kernel - 1 inputs of the depthwise conv (None: zeros)."""
+    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames (zeros before the
+    first frame, masked), the last kernel - 1 inputs of the depthwise conv (zeros at first), and the layer's
+    position keys for the stream's reach."""
 
-    keep: int
-    keys: Optional[mx.array] = None
-    values: Optional[mx.array] = None
-    conv: Optional[mx.array] = None
+    keys: mx.array
+    values: mx.array
+    conv: mx.array
+    positions: mx.array
 
 
 class EncoderStream:
     """The encoder over mel rows that arrive in pieces: frame k comes out once mel column 8k is in. Pushing the
     pieces of a recording, the last one with its end, gives the frames :meth:`ConformerEncoder.__call__` gives for
-    the whole (same math; float rounding differs with the batch shapes)."""
+    the whole (same math; float rounding differs with the batch shapes). One new frame at a time runs as one
+    compiled function of fixed shapes (the caches always hold ``left`` frames)."""
 
     def __init__(self, encoder: ConformerEncoder):
         check_streamable(encoder.cfg)
         self.encoder = encoder
         self.subsampling = SubsamplingStream(encoder.pre_encode)
-        reach = context_reach(encoder.cfg, 1 << 30)[0]  # frames of keys a query can reach back
-        self.caches = [LayerCache(reach) for _ in encoder.layers]
+        self.state: Optional[list[mx.array]] = None  # per layer: keys, values, conv inputs
         self.frames = 0  # encoder frames so far
         self.valid: Optional[int] = None  # valid encoder frames, once the input has ended
 
@@ -498,18 +555,14 @@ class EncoderStream:
         count = x.shape[1]
         if count == 0:
             return x[0]
-        history = 0 if self.caches[0].keys is None else self.caches[0].keys.shape[1]
+        if self.state is None:
+            self.state = self.encoder.stream_state(x.dtype)
         valid = self.frames + count if self.valid is None else self.valid
-        ctx = attention_context(cfg, count, mx.array([valid]), start=self.frames, history=history)
-        x = self.encoder.scale_input(x)
-        for layer, cache in zip(self.encoder.layers, self.caches):
-            if cache.conv is None:
-                cache.conv = mx.zeros((1, cfg.conv_kernel_size - 1, x.shape[-1]), x.dtype)
-            x = layer(x, ctx, cache)
+        layers = self.encoder.stream_layers if count > 1 else self.encoder.compiled_stream_layers()
+        x, *self.state = layers(x, mx.array(self.frames), mx.array([valid]), *self.state)
         self.frames += count
         return x[0]
 
     def arrays(self) -> list[mx.array]:
         """The stream's state (to evaluate with its output)."""
-        held = [c for c in self.subsampling.carry.values()]
-        return held + [a for c in self.caches for a in (c.keys, c.values, c.conv) if a is not None]
+        return list(self.subsampling.carry.values()) + (self.state or [])

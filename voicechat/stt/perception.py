@@ -18,10 +18,6 @@ from ..config import AudioConfig
 from .fastconformer import ConformerEncoder, EncoderStream, subsampled_length
 from .mel import MelStream, Preprocessor, valid_frames
 
-# The featurizer buffers are derived from the config, so a checkpoint may leave them out
-# (``load_into(..., optional=DERIVED_BUFFERS)``).
-DERIVED_BUFFERS = (r"preprocessor\.featurizer\.(window|fb)$",)
-
 
 class Perception(nn.Module):
     def __init__(self, cfg: AudioConfig):

@@ -1,15 +1,16 @@
 """``ToolChannel``: the per-session state machine of tool calls on the function channel. The session consults it at
 every timeline position; everything position-related about tools lives here (the layout: docs/tools.md §5).
 
-The session's side, per position t:
+The session's side, per position t (each position read back before the next one is built):
 
-    while channel.paused():          # a tool is running: compute no position; queue the user's audio
-        ...                          # (live: return from feed(); offline / end of input: channel.wait())
-    silence = channel.holds_user_audio()   # t gets the silence embedding; the user's next frame keeps waiting
-    ... compute position t (LLM) -> the sampled text id and the function head's argmax ...
-    step = channel.observe(t, text_id, function_id)
-    ... keep step.text_id / step.function_id as position t's ids (TTS of t, inputs of t+1, the Frame) and
-        attach step.events to t's Frame ...
+    if channel.paused(): stop        # a tool is running: compute no position; the user's audio waits
+                                     # (live: feed() returns; offline / end of input: channel.wait(), then go on)
+    plan = channel.plan(t)           # known before t is built:
+        plan.hold                    #   t hears the silence embedding; the user's next frame keeps waiting
+        plan.text_id, .function_id   #   ids t keeps in place of the model's (None: the model's)
+        plan.pad_text_if             #   if the model's function id at t is this one (SOTC), t's text is PAD
+    ... build and run position t with those ids (they feed t's TTS and t+1's input) ...
+    events = channel.observe(t, text_id, function_id)   # the ids t kept; events to attach to t's Frame
 """
 
 from __future__ import annotations
@@ -64,12 +65,13 @@ class ToolEvent:
 
 
 @dataclass(frozen=True)
-class Step:
-    """What the session keeps for a position: its text and function ids, and the events raised there."""
+class Plan:
+    """What the channel fixes for a position before it is computed."""
 
-    text_id: int
-    function_id: int
-    events: tuple[ToolEvent, ...] = ()
+    hold: bool = False  # the position hears the silence embedding; the user's next frame waits
+    text_id: Optional[int] = None  # the text id it keeps (None: the model's)
+    function_id: Optional[int] = None  # the function id it keeps (None: the model's)
+    pad_text_if: Optional[int] = None  # when the model's function id is this one (SOTC), the text is PAD
 
 
 def special_ids(tokenizer) -> tuple[int, int, int]:
@@ -124,6 +126,19 @@ class ToolChannel:
         self._prepare_response(outcomes)
         return False
 
+    def plan(self, t: int) -> Plan:
+        """What position ``t`` (the next one) keeps: docs/tools.md §5's table."""
+        if self._state == RUN:
+            raise RuntimeError("plan() while tools run: compute no position until paused() is False")
+        if self._state == IDLE:
+            return Plan(pad_text_if=self.sotc_id)
+        if self._state == CALL:
+            cut = t - self._call_start + 1 >= self.max_call_positions  # EOTC is forced on the last allowed position
+            return Plan(True, self.pad_id, self.eotc_id if cut else None)
+        if self._state == INJECT:
+            return Plan(True, self.pad_id, self._queue[0])
+        return Plan(True, self.pad_id, None, self.sotc_id)  # EOTR is the model's to predict
+
     def pending(self) -> bool:
         """True from SOTC until the exchange's EOTR position: the conversation should not end yet."""
         return self._state != IDLE
@@ -145,37 +160,42 @@ class ToolChannel:
         return self._finished + self._calls
 
     # ---- what the session reports after a position ------------------------------------------------------------
-    def observe(self, position: int, text_id: int, function_id: int) -> Step:
-        """Position ``position`` was computed: ``text_id`` sampled, ``function_id`` the function head's argmax.
-        Returns the ids to keep for it (forced ones during an exchange) and the events raised there."""
-        if self._state == RUN:
-            raise RuntimeError("observe() while tools run: compute no position until paused() is False")
-        handler = {IDLE: self._idle, CALL: self._in_call, INJECT: self._inject, EOTR: self._after_response}
-        return handler[self._state](position, int(text_id), int(function_id))
-
-    def _idle(self, t: int, text_id: int, function_id: int) -> Step:
-        if function_id != self.sotc_id:
-            return Step(text_id, function_id)
-        return Step(self.pad_id, function_id, self._begin_call(t))
+    def observe(self, position: int, text_id: int, function_id: int) -> tuple[ToolEvent, ...]:
+        """Position ``position`` was computed with its plan applied; it kept ``text_id`` and ``function_id``.
+        Returns the events raised there."""
+        plan = self.plan(position)
+        function_id = int(function_id)
+        if plan.function_id is not None and function_id != plan.function_id:
+            raise RuntimeError(f"position {position} kept function id {function_id}, not the planned "
+                               f"{plan.function_id}: apply plan() before computing a position")
+        if self._state == IDLE:
+            return self._begin_call(position) if function_id == self.sotc_id else ()
+        if self._state == CALL:
+            return self._in_call(position, function_id)
+        if self._state == INJECT:
+            return self._inject(position)
+        return self._after_response(position, function_id)
 
     def _begin_call(self, t: int) -> tuple[ToolEvent, ...]:
         self._state, self._call_start, self._tokens = CALL, t, []
         return (ToolEvent("call_start", t),)
 
-    def _in_call(self, t: int, text_id: int, function_id: int) -> Step:
-        cut = function_id != self.eotc_id and t - self._call_start + 1 >= self.max_call_positions
-        if function_id == self.eotc_id or cut:
-            return Step(self.pad_id, self.eotc_id, self._dispatch(t, cut))
+    def _in_call(self, t: int, function_id: int) -> tuple[ToolEvent, ...]:
+        if function_id == self.eotc_id:
+            return self._dispatch(t, at_bound=t - self._call_start + 1 >= self.max_call_positions)
         if function_id == self.sotc_id:
             self._tokens = []  # a second SOTC restarts the call (NV-WRAP L1607)
         elif function_id != self.pad_id:
             self._tokens.append(function_id)
-        return Step(self.pad_id, function_id)
+        return ()
 
-    def _dispatch(self, t: int, cut: bool) -> tuple[ToolEvent, ...]:
+    def _dispatch(self, t: int, at_bound: bool) -> tuple[ToolEvent, ...]:
+        """EOTC at t: read the calls and start them. On the last allowed position EOTC was forced, and a call that
+        cannot be read there was cut off."""
         raw = self._tokenizer.decode(self._tokens)
-        parsed = ([ParsedCall("", None, f"the tool call was cut off after {self.max_call_positions} positions")]
-                  if cut else parse_calls(raw))
+        parsed = parse_calls(raw)
+        if at_bound and any(call.error for call in parsed):
+            parsed = [ParsedCall("", None, f"the tool call was cut off after {self.max_call_positions} positions")]
         self._calls, self._running = [], []
         for call in parsed:
             call_id = f"call_{uuid.uuid4().hex}"
@@ -209,22 +229,22 @@ class ToolChannel:
         self._queue = list(ids)
         self._state = INJECT
 
-    def _inject(self, t: int, text_id: int, function_id: int) -> Step:
+    def _inject(self, t: int) -> tuple[ToolEvent, ...]:
         events = ()
         if self._calls[0].injection_start is None:
             n = len(self._queue)
             self._calls = [replace(c, injection_start=t, injection_end=t + n) for c in self._calls]
             events = (ToolEvent("result", t, tuple(self._calls)),)
-        forced = self._queue.pop(0)
+        self._queue.pop(0)
         if not self._queue:
             self._state = EOTR
-        return Step(self.pad_id, forced, events)
+        return events
 
-    def _after_response(self, t: int, text_id: int, function_id: int) -> Step:
+    def _after_response(self, t: int, function_id: int) -> tuple[ToolEvent, ...]:
         done = tuple(replace(c, end=t, eotr=function_id == self.eotr_id) for c in self._calls)
         self._finished.extend(done)
         self._calls, self._running, self._state = [], [], IDLE
         events = (ToolEvent("end", t, done),)
         if function_id == self.sotc_id:  # a chained call instead of EOTR (docs/tools.md §5)
             events += self._begin_call(t)
-        return Step(self.pad_id, function_id, events)
+        return events

@@ -334,7 +334,7 @@ class AudioCodec(nn.Module):
     def decode_frame(self, codes: mx.array, *histories: mx.array) -> tuple:
         """One code frame to its windowed iSTFT frames, compiled (fixed shapes).
         codes [B, 1, Q], the ConvNeXt histories -> (frames [B, 1764 / hop, n_fft], the next histories)"""
-        fn = self._compiled.get("frame", self._decode_frame, [self.prvq, self.decoder])
+        fn = self._compiled.get("frame", self._decode_frame)
         return fn(codes, *histories)
 
     def _decode_frame(self, codes: mx.array, *histories: mx.array) -> tuple:
