@@ -248,6 +248,10 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.linear_pos = nn.Linear(d, d, bias=False)
         self.pos_bias_u = mx.zeros((h, d // h))
         self.pos_bias_v = mx.zeros((h, d // h))
+        self._fused = compute.Fused()
+
+    def prepare(self) -> list[mx.array]:
+        return self._fused.prepare([self.linear_q, self.linear_k, self.linear_v])
 
     def split_heads(self, y: mx.array) -> mx.array:
         """[..., D] -> [..., H, D / H]"""
@@ -260,9 +264,7 @@ class RelPositionMultiHeadAttention(nn.Module):
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
         and the last ones (as many as it holds) replace them."""
-        q = self.split_heads(self.linear_q(x))
-        k = self.split_heads(self.linear_k(x))
-        v = self.split_heads(self.linear_v(x))
+        q, k, v = (self.split_heads(y) for y in self._fused.project(x, [self.linear_q, self.linear_k, self.linear_v]))
         if cache is None:
             p = self.position_keys(ctx.pos_emb)
         else:

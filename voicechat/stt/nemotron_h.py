@@ -355,6 +355,18 @@ class NemotronH(nn.Module):
                 c.offset += 1
         return x
 
+    def warm_up(self, capacities: list[int]) -> None:
+        """One decode step at each attention-cache capacity (zero state, evaluated): traced and compiled ahead."""
+        dtype = compute.speech_dtype()
+        x = mx.zeros((1, 1, self.cfg.hidden_size), dtype)
+        for capacity in capacities:
+            cache = self.make_cache()
+            for c in cache.layers:
+                if isinstance(c, KVCache):
+                    c.keys = c.values = mx.zeros((1, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
+                    c.offset = capacity - 1
+            mx.eval(self.decode(x, cache), cache.state)
+
     def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:
         """A Mamba layer's [conv, ssm] state, zeros before the first position."""
         if c.conv is None:
