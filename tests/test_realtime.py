@@ -628,9 +628,18 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
     assert snr >= rounding_limit
 
 
-def test_soak_twenty_conversations_then_five_at_once_leave_memory_as_it_was(server):
+@pytest.fixture
+def fresh_server(tmp_path):
+    """A server of its own: the memory it measures is not what earlier tests left (15 MiB appends, ...)."""
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+def test_soak_twenty_conversations_then_five_at_once_leave_memory_as_it_was(fresh_server):
     """20 conversations one after another, then 5 simultaneous connection attempts (one is admitted, four are
-    told server_busy); the server's resident memory afterwards equals that after the first conversation."""
+    told server_busy); the server's resident memory afterwards equals that after the first two conversations."""
+    server = fresh_server
     half_second = base64.b64encode(np.zeros(realtime.RATE // 2, "<i2").tobytes()).decode()
 
     async def conversation():
@@ -652,8 +661,9 @@ def test_soak_twenty_conversations_then_five_at_once_leave_memory_as_it_was(serv
     async def five_at_once():
         return sorted(await asyncio.gather(*(attempt() for _ in range(5))))
 
-    run(conversation())
-    server.wait_idle()
+    for _ in range(2):  # warm-up: the first conversations allocate what every later one reuses
+        run(conversation())
+        server.wait_idle()
     before = process_status(server.proc.pid)
     for _ in range(20):
         run(conversation())
@@ -661,7 +671,7 @@ def test_soak_twenty_conversations_then_five_at_once_leave_memory_as_it_was(serv
     assert run(five_at_once()) == ["server_busy"] * 4 + ["session.created"]
     server.wait_idle()
     after = process_status(server.proc.pid)
-    print(f"\nserver memory: {before['VmRSS'] / 1024:.1f} MiB after one conversation, {after['VmRSS'] / 1024:.1f} MiB "
+    print(f"\nserver memory: {before['VmRSS'] / 1024:.1f} MiB after two conversations, {after['VmRSS'] / 1024:.1f} MiB "
           f"after 20 more and 5 attempts")
     assert abs(after["VmRSS"] - before["VmRSS"]) <= SOAK_MEMORY_BOUND_KIB
     serves_next_connection(server)
@@ -702,41 +712,56 @@ def process_status(pid: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# a tool call round trip: the tiny model with its function head scripted (the session's test seam), served here
+# scripted channels: the tiny model, its text or function ids fixed by the session's ``script`` seam, served here
 # ---------------------------------------------------------------------------------------------------------------
 LOOKUP = {"type": "function", "name": "lookup", "description": "Looks something up.",
           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}
 CALL = '<TOOLCALL>[{"name": "lookup", "arguments": {"q": "tides"}}]</TOOLCALL>'
+PAD, BOS, EOS = 12, 1, 2
 
 
-class ScriptedCalls:
-    """The real tiny model; every session it makes writes ``CALL`` on its function channel (``ScriptedHead`` of
-    test_tools.py through ``Session(function_script=...)``). The engine runs it as it runs any model."""
+class Scripted:
+    """The real tiny model; each session it makes follows a script: ``calls`` written on the function channel
+    (``ScriptedHead`` of test_tools.py), or ``words`` on the text channel (PAD, then BOS, the words and EOS, counted
+    in positions after the prompt). The engine runs it as it runs any model."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, calls=(), words: tuple[int, list[int]] | None = None):
+        self.model, self.calls, self.words = model, list(calls), words
 
     def __getattr__(self, name):
         return getattr(self.model, name)
 
+    def text_id(self, offset: int) -> int:
+        start, ids = self.words
+        turn = [BOS, *ids, EOS]
+        return turn[offset - start] if start <= offset < start + len(turn) else PAD
+
     def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=()):
         from test_tools import ScriptedHead
 
-        head = ScriptedHead(self.model.tokenizer, [CALL])
-        head.session = Session(self.model, system_prompt, seed, speaker, config, tools, function_script=head)
+        head = ScriptedHead(self.model.tokenizer, self.calls)
+
+        def script(t):
+            if head.session is None or t < head.session.prompt_frames:
+                return None, None  # the prompt
+            if self.words:
+                return self.text_id(t - head.session.prompt_frames), None
+            return None, head.function_id()
+
+        head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script)
         return head.session
 
 
-@pytest.fixture(scope="module")
-def scripted_server(tiny_model):
-    """``RealtimeServer`` on an engine with ``ScriptedCalls``, served by uvicorn on a thread of this process."""
+def serve_here(model):
+    """``RealtimeServer`` on an engine running ``model``, served by uvicorn on a thread of this process; yields the
+    base URL, then stops both."""
     import threading
 
     import uvicorn
 
     from voicechat import engine as eng
 
-    engine = eng.Engine(lambda progress_bar: ScriptedCalls(tiny_model), name=MODEL).start()
+    engine = eng.Engine(lambda progress_bar: model, name=MODEL).start()
     while engine.status().state != eng.READY:
         time.sleep(0.05)
     sock = socket.socket()
@@ -745,11 +770,64 @@ def scripted_server(tiny_model):
     server = uvicorn.Server(uvicorn.Config(realtime.create_app(engine, model_name=MODEL), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    yield url
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     server.should_exit = True
     thread.join(30)
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def scripted_server(tiny_model):
+    yield from serve_here(Scripted(tiny_model, calls=[CALL]))
+
+
+TURN_START = 4  # positions after the prompt
+WORDS = " Hello there"
+
+
+@pytest.fixture(scope="module")
+def turn_server(tiny_model):
+    yield from serve_here(Scripted(tiny_model, words=(TURN_START, tiny_model.tokenizer.encode(WORDS))))
+
+
+def test_sdk_a_turn_from_bos_to_eos_is_one_response(turn_server, tiny_model):
+    """The model's own turn-taking on the text channel (scripted: BOS, the words, EOS) is one response: it opens
+    at the BOS frame, carries that turn's audio and words, and is done at the EOS frame."""
+    audio = np.round(np.random.default_rng(1).standard_normal(realtime.RATE * 2) * 3000).astype("<i2")
+    words = tiny_model.tokenizer.encode(WORDS)
+    last = TURN_START + len(words) + 1  # the EOS, after the prompt
+
+    async def scenario():
+        conn = await openai.AsyncOpenAI(api_key="unused", base_url=turn_server).realtime.connect(
+            model=MODEL, extra_query={"voicechat_frames": "1"}).enter()
+        try:
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+            events = await receive_until(conn, "voicechat.session.ready")
+            prompt = events[-1]["prompt_frames"]
+            await conn.input_audio_buffer.append(audio=base64.b64encode(audio.tobytes()).decode())
+            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] > prompt + last):
+                events.append(await receive(conn))
+            return events, prompt
+        finally:
+            await close(conn)
+
+    events, prompt = run(scenario())
+    frames = {e["position"] - prompt: e for e in events if e["type"] == "voicechat.frame"}
+    created = next(e for e in events if e["type"] == "response.created")
+    done = next(e for e in events if e["type"] == "response.done")
+    response_id = created["response"]["id"]
+    assert [frames[k]["text_id"] for k in range(TURN_START, last + 1)] == [BOS, *words, EOS]
+    assert [frames[k]["response_id"] for k in sorted(frames)] == \
+        [response_id if TURN_START <= k <= last else None for k in sorted(frames)]
+    assert done["response"]["id"] == response_id and done["response"]["status"] == "completed"
+    message = done["response"]["output"][0]
+    assert message["content"][0]["transcript"] == WORDS == "".join(
+        decoded(events, "response.output_audio_transcript.delta"))
+    deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
+    assert len(deltas) == last - TURN_START + 1 and {d["response_id"] for d in deltas} == {response_id}
+    kinds = types(events)
+    assert kinds.index("response.created") < kinds.index("response.output_audio.delta")
+    assert kinds.index("response.done") > max(i for i, k in enumerate(kinds) if k == "response.output_audio.delta")
 
 
 def test_sdk_tool_call_round_trip(scripted_server, tiny_model):
