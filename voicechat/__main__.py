@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
-from .errors import AudioInputError, VoiceChatError
+from .errors import AudioInputError, ToolError, VoiceChatError
 
 
 class UsageError(Exception):
@@ -78,6 +78,23 @@ def default_answer_file(recording: Path) -> Path:
     return next(p for p in (Path.cwd() / name for name in names) if not p.exists())
 
 
+def chosen_tools(a: argparse.Namespace) -> tuple:
+    """``--tools builtin`` and ``--tools-module path.py``, checked before the model loads (at most 5 in all)."""
+    from .tools import BUILTIN_TOOLS, load_tools_module
+    from .tools.declare import checked_tools
+
+    tools = list(BUILTIN_TOOLS) if a.tools == "builtin" else []
+    if a.tools_module:
+        tools += load_tools_module(a.tools_module)
+    return checked_tools(tools)
+
+
+def print_tool_calls(result) -> None:
+    for call in result.tool_calls:
+        outcome = f"error: {call.error}" if call.error else json.dumps(call.result, ensure_ascii=False)
+        print(f"[tool] {call.name or '?'}({json.dumps(call.arguments, ensure_ascii=False)}) -> {outcome}")
+
+
 def cmd_generate(a: argparse.Namespace) -> int:
     from . import load
     from .audio import check_recording, read_audio, write_wav
@@ -90,6 +107,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     gen = generation_config(a)
     samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
     check_recording(samples, rate, max_seconds=gen.max_input_seconds)
+    tools = chosen_tools(a)
     t0 = time.perf_counter()
     print(f"loading {a.model} ...", file=sys.stderr)
     model = load(a.model, tokenizer=a.tokenizer, offline=a.offline)
@@ -98,7 +116,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         result = model.generate(samples, rate, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
-                                config=gen, progress=None if a.quiet else bar)
+                                config=gen, progress=None if a.quiet else bar, tools=tools)
     finally:
         if not a.quiet:
             bar.close()
@@ -108,6 +126,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     print(result.text.strip())
     if result.function_text.strip():
         print(f"[function] {result.function_text.strip()}")
+    print_tool_calls(result)
     write_wav(answer_file, result.audio, result.sample_rate)
     print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
     if json_file:
@@ -134,6 +153,33 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench_main(a)
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    try:
+        import uvicorn  # noqa: F401
+        import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
+
+        from .realtime import serve
+    except ImportError as e:
+        raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
+                         "(or pip install \"voicechat[app]\")") from None
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    return 0
+
+
+def add_serve_parser(sub) -> None:
+    import os
+
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
+    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id ({DEFAULT_MODEL})")
+    s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
+                   help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    s.set_defaults(func=cmd_serve)
+
+
 def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -147,7 +193,13 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
     g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
-                                  "per-frame token ids and codes, settings, timings (the app's conversation.json)")
+                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
+                                  "conversation.json)")
+    g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
+                                                         "calculator, unit conversion)")
+    g.add_argument("--tools-module", metavar="PATH.py",
+                   help="let the model call the tools this Python file defines (@voicechat.tools.tool functions or "
+                        "voicechat.tools.Tool objects); at most 5 tools in all")
     g.add_argument("--reference", action="store_true",
                    help="NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept in the audio")
     g.add_argument("--extra-seconds", type=float, help="append exactly this much silence (default: until the answer ends)")
@@ -175,6 +227,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
 
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
+    add_serve_parser(sub)
     return p
 
 
@@ -186,7 +239,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError) as e:
+    except (UsageError, AudioInputError, ToolError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

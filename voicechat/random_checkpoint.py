@@ -36,15 +36,22 @@ from mlx.utils import tree_flatten, tree_unflatten
 from .config import NANO_9B_V2_CONFIG, parse_nested, with_token_ids
 from .model import DERIVED_KEYS, VoiceChatModel, derive_missing
 from .tokenizer import TextTokenizer
+from .tools import Tool, system_prompt
 
 LAYOUTS = ("nested", "mlx-4bit", "runtime")
 MARKER = ".voicechat-random-checkpoint"  # written into every directory this module makes
-SPECIALS = ["<unk>", "<s>", "</s>"] + [f"<SPECIAL_{i}>" for i in range(3, 16)]
+# ids as in NVIDIA's tokenizer, up to the tool-call tokens <SPECIAL_20>..<SPECIAL_22> (docs/tools.md §2)
+SPECIALS = ["<unk>", "<s>", "</s>"] + [f"<SPECIAL_{i}>" for i in range(3, 23)]
 CORPUS = (
     "You are a helpful assistant. Answer in a spoken, conversational style. What is the capital of France? "
     "The capital of France is Paris. Hello, how can I help you today? The weather is sunny and warm. "
     "Please tell me a short story about a dog that found its way home, and then say goodbye. Thank you! "
 )
+# NVIDIA's tool-call texts (docs/tools.md), so that prompts with tools, calls and results stay short on a tiny model
+TOOL_CORPUS = system_prompt("", [Tool("get_weather", "The weather in a city.", {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]) + (
+    ' <TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>'
+    ' <TOOL_RESPONSE>[{"result": 21, "error": "unknown"}]</TOOL_RESPONSE> ')
 RELEASE_PATTERN = NANO_9B_V2_CONFIG["hybrid_override_pattern"]
 DIMS = {
     # the same shape rules as the release (hybrid pattern with every layer type, 31 codebooks, 1764 samples per code
@@ -70,8 +77,9 @@ DIMS = {
 # tokenizers and configs
 # ----------------------------------------------------------------------------------------------------------------
 def write_tokenizer(directory: Path, vocab_size: int) -> None:
-    """Byte-level BPE with NVIDIA's special-token ids (<s>=1, </s>=2, <SPECIAL_12>=12) and exactly 256 single-character
-    tokens (the EAR-TTS char table), padded with synthetic multi-character tokens up to ``vocab_size``."""
+    """Byte-level BPE with NVIDIA's special-token ids (<s>=1, </s>=2, <SPECIAL_12>=12, <SPECIAL_20..22>=20..22) and
+    exactly 256 single-character tokens (the EAR-TTS char table), padded with synthetic multi-character tokens up to
+    ``vocab_size``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -79,7 +87,7 @@ def write_tokenizer(directory: Path, vocab_size: int) -> None:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=min(vocab_size, 512), special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([CORPUS * 4], trainer=trainer)
+    tok.train_from_iterator([(CORPUS + TOOL_CORPUS) * 4], trainer=trainer)
     spec = json.loads(tok.to_str())
     vocab = spec["model"]["vocab"]
     rng = np.random.default_rng(0)

@@ -40,6 +40,7 @@ class Result:
     timings: dict = field(default_factory=dict)  # stage -> seconds
     stage_calls: dict = field(default_factory=dict)  # stage -> seconds of each call (per frame for llm/tts/codec)
     settings: dict = field(default_factory=dict)  # the resolved generation settings
+    tool_calls: tuple = ()  # voicechat.tools.ToolCall per call the model made (docs/tools.md)
 
     @property
     def seconds(self) -> float:
@@ -82,6 +83,8 @@ CONVERSATION_FIELDS = {
     "timings_s": "seconds per stage",
     "wall_seconds": "wall time of the whole run",
     "settings": "the resolved settings (Result.settings: the generation config, seed, prompt, TTS sampling used)",
+    "tool_calls": "each tool call (docs/tools.md): name, arguments, result or error, seconds, and its frames: "
+                  "call_start/call_end (the call), injection_start/injection_end (the response), end (EOTR), eotr",
 }
 
 
@@ -108,6 +111,7 @@ def conversation_json(answer: Any, *, source: str, model: str, input_file: str, 
         "answer_sample_rate": int(r.sample_rate), "answer_seconds": round(r.seconds, 3),
         "timings_s": {k: round(float(v), 4) for k, v in r.timings.items()},
         "wall_seconds": round(float(answer.wall_seconds), 3), "settings": r.settings,
+        "tool_calls": [call.to_dict() for call in r.tool_calls],
     }
 
 

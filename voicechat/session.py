@@ -8,6 +8,10 @@ Per timeline position t (the system prompt's positions first, then one per 80 ms
     speak:  (t >= 1) text[t] and the codes of t-1 (silence codes when text[t] is EOS) -> 31 codes -> 1764 samples
     hear:   the RNNT transcript of the user, one encoder frame at a time
 ``Model.generate`` is a session fed a whole recording, so the offline answer and a streamed one are the same frames.
+
+With tools, a :class:`voicechat.tools.ToolChannel` watches the function channel: each position is read back before the
+next is built; during a tool exchange the positions hear the silence embedding while the user's frames wait in
+``heard``, the channel fixes their ids, and no position runs while a tool runs (docs/tools.md §5).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -24,12 +28,13 @@ import mlx.core as mx
 
 from .audio import to_float32
 from .config import GenerationConfig
-from .errors import AudioInputError, TimelineFull
+from .errors import AudioInputError, ConfigError, TimelineFull
 from .result import Result
 from .stt import lm
 from .stt.perception import PerceptionStream, timeline_frames
 from .stt.rnnt import RNNTGreedy, transcript_text
 from .tokenizer import channel_text
+from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
 from .tts.eartts import warmup_inputs
 from .tts.mog import KeyNoise
 
@@ -174,16 +179,19 @@ class Session:
     NVIDIA's offline loop does (SPEC §1.2 C-H). ``setup_seconds`` says how long that took."""
 
     def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
-                 config: Optional[GenerationConfig] = None, *, noise=None, profile: bool = False, on_frame=None,
-                 script=None):
-        """Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
+                 config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = (), *, noise=None,
+                 profile: bool = False, on_frame=None, script=None):
+        """``tools``: the :class:`voicechat.tools.Tool` objects the model may call (at most 5); the system prompt the
+        model reads is then ``voicechat.tools.system_prompt(system_prompt, tools)``.
+
+        Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
         ``on_frame(frame)`` sees each finished frame, ``script(t) -> (text_id or None, function_id or None)`` fixes
         ids at position t in place of the model's (a known channel for tests, a realistic workload for benchmarks)."""
         t0 = time.perf_counter()
         self.script = script
         self.model, self.cfg = model, model.config
         self.gen = config or GenerationConfig()
-        self.seed, self.system_prompt = seed, system_prompt
+        self.seed, self.system_prompt, self.tools = seed, system_prompt, tuple(tools)
         self.clock = Clock(profile)
         self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
         self._build_state(noise)
@@ -201,8 +209,8 @@ class Session:
         self.prev_ids = mx.array([c.pad_id, c.pad_id], mx.int32)  # text and function tokens of the last position
         tts_key, self.text_key = mx.random.split(mx.random.key(self.seed))
         self.noise = noise or KeyNoise(tts_key)
-        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(self.system_prompt), c.eos_id] \
-            if self.system_prompt else []
+        prompt = tool_prompt(self.system_prompt, self.tools)
+        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
         self.prompt_frames = len(self.prompt_ids)
         # what reference mode changes is data: where the codec starts, what frame 0 holds, what the result keeps
         self.decoder_from = 0 if gen.reference else max(0, self.prompt_frames - CODEC_CONTEXT_FRAMES)
@@ -223,12 +231,22 @@ class Session:
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.codec = self.tts.audio_codec.stream()
-        self.llm_stream, self.speech_stream = mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device())
+        self.llm_stream, self.speech_stream = self.model.streams()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
         self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
+        self.tool_channel = self._tool_channel()
+        self.held = 0  # positions given to tool exchanges (the silence embedding in, the user's frames waiting)
+
+    def _tool_channel(self) -> Optional[ToolChannel]:
+        if not self.tools:
+            return None
+        if self.stt.function_head is None:
+            raise ConfigError("this checkpoint has no function head, so its model cannot call tools; "
+                              "start the session without tools")
+        return ToolChannel(self.tools, self.model.tokenizer, self.cfg.pad_id)
 
     def _start_timeline(self, speaker) -> None:
         c = self.cfg
@@ -268,7 +286,7 @@ class Session:
         out = []
         for i in range(0, len(x), block):
             self._listen(*self.listener.push(x[i:i + block]), valid=True)
-            out += self._run(self._take_heard())
+            out += self._run(self._inputs())
         return out
 
     def flush(self) -> list[Frame]:
@@ -283,10 +301,11 @@ class Session:
         if len(x):
             self._check_room(self._frames_after(self.listener.samples + len(x)))
             self._listen(*self.listener.push(x), valid=True)
-            out += self._run(self._take_heard())
-        self._check_room(self.prompt_frames + timeline_frames(self.cfg.audio, self.listener.samples))
+            out += self._run(self._inputs())
+        self._check_room(self.prompt_frames + self.held + timeline_frames(self.cfg.audio, self.listener.samples))
         self._listen(*self.listener.finish(), valid=None)
-        out += self._run(self._take_heard())
+        out += self._run(self._inputs())
+        out += self.settle()
         self.ended = True
         self.tail = np.asarray(self.codec.flush())[0]
         return out
@@ -315,7 +334,7 @@ class Session:
     def _frames_after(self, samples: int) -> int:
         """Timeline positions once ``samples`` of input are in (frame k needs samples up to 1280 k + n_fft / 2)."""
         reach = self.cfg.audio.preprocessor.n_fft // 2
-        return self.prompt_frames + max(0, (samples - reach) // self.cfg.samples_per_input_frame + 1)
+        return self.prompt_frames + self.held + max(0, (samples - reach) // self.cfg.samples_per_input_frame + 1)
 
     def _check_room(self, positions: int) -> None:
         if positions > TIMELINE_LIMIT:
@@ -332,10 +351,47 @@ class Session:
             audio = projected[i] if inside or not self.prompt_frames else mx.zeros_like(projected[i])
             self.heard.append((audio, encoded[i], inside))
 
-    def _take_heard(self) -> list:
-        heard = list(self.heard)
-        self.heard.clear()
-        return heard
+    def _inputs(self) -> Iterator:
+        """The inputs of the positions that can run now, in order: the heard frames, with a tool exchange's
+        positions in between (the silence embedding, no encoder frame); none while a tool runs."""
+        while True:
+            if self.tool_channel is not None:
+                if self.tool_channel.paused():
+                    return
+                if self.tool_channel.holds_user_audio():
+                    self._check_room(self.position + 1)
+                    self.held += 1
+                    yield self.model._tool_silence(), None, True
+                    continue
+            if not self.heard:
+                return
+            yield self.heard.popleft()
+
+    # -- tools ---------------------------------------------------------------------------------------------------
+    def poll(self) -> list[Frame]:
+        """The positions that can run without new audio: once a tool has answered, the rest of its exchange and the
+        user's frames that waited for it. A live caller calls it while no audio arrives; ``feed`` does it anyway."""
+        return self._run(self._inputs())
+
+    def settle(self) -> list[Frame]:
+        """Wait for running tools (each at most its timeout) and run the positions that waited for them: for a
+        caller with nothing else to do meanwhile (an offline generation, the end of the input)."""
+        out = []
+        while self.tool_channel is not None and self.tool_channel.paused():
+            self.tool_channel.wait()
+            out += self._run(self._inputs())
+        return out
+
+    def provide_tool_result(self, call_id: str, output: str) -> None:
+        """The output of a call to a tool declared without a function (the caller runs it); see ``ToolChannel``."""
+        if self.tool_channel is None:
+            raise ConfigError("this session has no tools")
+        self.tool_channel.provide_result(call_id, output)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """Every tool call so far, finished or not."""
+        return self.tool_channel.records() if self.tool_channel is not None else []
 
     # -- the frame loop ----------------------------------------------------------------------------------------
     def _run(self, inputs: list) -> list[Frame]:
@@ -344,12 +400,14 @@ class Session:
         the next position is already built (LOOKAHEAD), and the host reads the finished one."""
         frames, running = [], deque()
         self.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
+        # with tools, the channel reads each position before it plans the next one (docs/tools.md §5)
+        lookahead = 0 if self.tool_channel is not None else LOOKAHEAD
         for audio, encoded, valid in inputs:
             step = self._step(self.position, audio, encoded, valid)
             mx.async_eval(step.arrays)
             running.append(step)
             self.position += 1
-            if len(running) > LOOKAHEAD:
+            if len(running) > lookahead:
                 frames.append(self._finish(running.popleft()))
         while running:
             frames.append(self._finish(running.popleft()))
@@ -361,8 +419,10 @@ class Session:
         c = self.cfg
         ids = self._think(t, audio) if audio is not None else mx.array([c.pad_id, c.pad_id])
         ids = self._scripted(t, ids)
+        if audio is not None:  # the prompt's positions keep pad
+            ids = self._tool_ids(t, ids)
         first = None
-        if self.rnnt is not None and valid:
+        if self.rnnt is not None and valid and encoded is not None:
             with mx.stream(self.llm_stream):
                 first = self.rnnt.first_joint(self.rnnt_state, encoded[None])
         codes, piece = self._speak(t, ids[0])
@@ -399,6 +459,18 @@ class Session:
         text, func = self.script(t)
         return mx.stack([ids[0] if text is None else mx.array(text, mx.int32),
                          ids[1] if func is None else mx.array(func, mx.int32)])
+
+    def _tool_ids(self, t: int, ids: mx.array) -> mx.array:
+        """The ids the tool channel fixes for position t (docs/tools.md §5), in the position's graph: during an
+        exchange the planned ones, and PAD text where the model opens a call."""
+        if self.tool_channel is None:
+            return ids
+        plan = self.tool_channel.plan(t)
+        func = ids[1] if plan.function_id is None else mx.array(plan.function_id, mx.int32)
+        text = ids[0] if plan.text_id is None else mx.array(plan.text_id, mx.int32)
+        if plan.pad_text_if is not None:
+            text = mx.where(func == plan.pad_text_if, mx.array(self.cfg.pad_id, mx.int32), text)
+        return mx.stack([text, func])
 
     def _speak(self, t: int, text_id: mx.array) -> tuple[Optional[mx.array], Optional[mx.array]]:
         """The TTS step of position t (none at t = 0) and the codec's new samples, lazy: (codes [Q], samples)."""
@@ -439,16 +511,23 @@ class Session:
                       text=self.text_stream.add(text_id), function_text=self.func_stream.add(func_id),
                       transcript=self._new_transcript(),
                       turn="start" if text_id == c.bos_id else "end" if text_id == c.eos_id else None,
-                      seconds=seconds)
+                      seconds=seconds, events=self._tool_events(step.t, text_id, func_id))
         if self.on_frame is not None:
             self.on_frame(frame)
         return frame
 
+    def _tool_events(self, t: int, text_id: int, func_id: int) -> tuple:
+        """What the tool channel makes of the ids position t kept (none over the prompt)."""
+        if self.tool_channel is None or t < self.prompt_frames:
+            return ()
+        return self.tool_channel.observe(t, text_id, func_id)
+
     def _hear(self, encoded: mx.array, valid: bool, first, built_on: int) -> None:
         """The transcript's frame on the host: the first joint call came with the position's graph (usually blank:
         nothing more to do); symbols go on one call at a time (SPEC §1.2 J: frames past the valid length skipped).
-        A first call built before the previous frame emitted is stale, and is made again."""
-        if self.rnnt is None or not valid:
+        A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
+        positions hear nothing."""
+        if self.rnnt is None or not valid or encoded is None:
             return
         t0 = time.perf_counter()
         fresh = first is not None and built_on == len(self.rnnt_state.tokens) and self.rnnt_state.prediction is not None
@@ -488,7 +567,7 @@ class Session:
         wave = np.concatenate([*self.pieces, self.tail]) if self.pieces else np.zeros(0, np.float32)
         cut = (self.first_frame - self.decoder_from) * c.codec.samples_per_frame
         first = self.first_frame
-        heard = sum(1 for v in self.valid[p:] if v)
+        heard = sum(1 for v in self.valid[p:] if v) - self.held
         return Result(
             text=strings[0], function_text=strings[1], user_transcript=self.transcript,
             audio=wave[cut:].astype(np.float32), sample_rate=c.codec.sample_rate,
@@ -497,7 +576,8 @@ class Session:
             frame_seconds=c.frame_length, timings=self.clock_seconds(),
             stage_calls={k: list(v) for k, v in self.clock.calls.items()},
             settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt,
-                      "tts_used": asdict(self.settings)},
+                      "tools": [t.declaration() for t in self.tools], "tts_used": asdict(self.settings)},
+            tool_calls=tuple(self.tool_calls),
         )
 
     def clock_seconds(self) -> dict:

@@ -22,6 +22,7 @@ import mlx.nn as nn
 
 from ..config import EncoderConfig
 from ..errors import ConfigError
+from ..layers import CausalDepthwiseConv
 
 SUBSAMPLING_KERNEL = 3
 SUBSAMPLING_STRIDE = 2
@@ -193,19 +194,24 @@ def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start=
 
 
 def key_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """The keys (or values) each query block can reach, zeros where nothing was cached or computed.
-    [B, history + T, H, dk] -> [B, H, n, span, dk]"""
-    t = x.shape[1] - ctx.history
-    padded = mx.pad(x, [(0, 0), (ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right), (0, 0), (0, 0)])
-    index = mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]
-    return padded[:, index].transpose(0, 3, 1, 2, 4)
+    """The keys (or values) each query block can reach, zeros where nothing was cached or computed; blocks folded
+    into the batch. [B, history + T, H, dk] -> [B * n, H, span, dk]"""
+    b, length, h, dk = x.shape
+    t = length - ctx.history
+    left, right = ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right
+    if left or right:
+        x = mx.pad(x, [(0, 0), (left, right), (0, 0), (0, 0)])
+    if ctx.blocks > 1:  # one block reaches every key: no gather
+        x = x[:, mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]]
+    return x.reshape(b, ctx.blocks, ctx.span, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.span, dk)
 
 
 def query_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """[B, T, H, dk] -> [B, H, n, block, dk] (the last block zero-padded)."""
+    """[B, T, H, dk] -> [B * n, H, block, dk] (the last block zero-padded)."""
     b, t, h, dk = x.shape
-    padded = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
-    return padded.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 3, 1, 2, 4)
+    if ctx.blocks * ctx.block > t:
+        x = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
+    return x.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.block, dk)
 
 
 def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
@@ -213,6 +219,8 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
     out[..., a, c] = by_distance[..., a, c - a] for 0 <= c - a < width, else 0. It is NeMo's ``rel_shift`` (pad,
     reshape, drop) applied to a band: [..., block, width] -> [..., block, span]."""
     *lead, block, width = by_distance.shape
+    if block == 1 and width == span:  # one query: its distance slots are its key columns
+        return by_distance
     padded = mx.pad(by_distance, [(0, 0)] * len(lead) + [(0, 0), (0, span + 1 - width)])
     flat = padded.reshape(*lead, block * (span + 1))[..., : block * span]
     return flat.reshape(*lead, block, span)
@@ -221,16 +229,18 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
 def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p: mx.array,
                        ctx: AttentionContext) -> mx.array:
     """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
-    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4).
+    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4). Computed as scaled
+    dot-product attention of each query block over its key band, the position scores and the mask as its additive
+    bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
     q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
     b, t, h, dk = q_u.shape
-    content = query_blocks(q_u, ctx) @ key_blocks(k, ctx).swapaxes(-1, -2)  # [B, H, n, block, span]
-    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)[None, :, None]  # [B, H, n, block, W]
-    scores = (content + skew_to_keys(position, ctx.span)) / math.sqrt(dk)
-    scores = mx.where(ctx.allowed, scores, MASKED_SCORE)
-    probs = mx.where(ctx.allowed, mx.softmax(scores, axis=-1), 0.0)
-    out = probs @ key_blocks(v, ctx)  # [B, H, n, block, dk]
-    return out.transpose(0, 2, 3, 1, 4).reshape(b, ctx.blocks * ctx.block, h * dk)[:, :t]
+    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)  # [B n, H, block, W]
+    allowed = ctx.allowed.reshape(b * ctx.blocks, 1, ctx.block, ctx.span)
+    bias = mx.where(allowed, skew_to_keys(position, ctx.span) / math.sqrt(dk), MASKED_SCORE)
+    out = mx.fast.scaled_dot_product_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
+                                               scale=1 / math.sqrt(dk), mask=bias.astype(q_u.dtype))
+    out = out.reshape(b, ctx.blocks, h, ctx.block, dk).transpose(0, 1, 3, 2, 4).reshape(b, -1, h * dk)[:, :t]
+    return mx.where(ctx.valid, out, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -248,6 +258,10 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.linear_pos = nn.Linear(d, d, bias=False)
         self.pos_bias_u = mx.zeros((h, d // h))
         self.pos_bias_v = mx.zeros((h, d // h))
+        self._fused = compute.Fused()
+
+    def prepare(self) -> list[mx.array]:
+        return self._fused.prepare([self.linear_q, self.linear_k, self.linear_v])
 
     def split_heads(self, y: mx.array) -> mx.array:
         """[..., D] -> [..., H, D / H]"""
@@ -260,9 +274,7 @@ class RelPositionMultiHeadAttention(nn.Module):
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
         and the last ones (as many as it holds) replace them."""
-        q = self.split_heads(self.linear_q(x))
-        k = self.split_heads(self.linear_k(x))
-        v = self.split_heads(self.linear_v(x))
+        q, k, v = (self.split_heads(y) for y in self._fused.project(x, [self.linear_q, self.linear_k, self.linear_v]))
         if cache is None:
             p = self.position_keys(ctx.pos_emb)
         else:
@@ -317,7 +329,7 @@ class ConformerConvolution(nn.Module):
         d = cfg.d_model
         self.kernel_size = cfg.conv_kernel_size
         self.pointwise_conv1 = nn.Linear(d, 2 * d, bias=cfg.use_bias)
-        self.depthwise_conv = nn.Conv1d(d, d, cfg.conv_kernel_size, groups=d, bias=cfg.use_bias)
+        self.depthwise_conv = CausalDepthwiseConv(d, cfg.conv_kernel_size, bias=cfg.use_bias)
         self.batch_norm = conv_norm(cfg)
         self.pointwise_conv2 = nn.Linear(d, d, bias=cfg.use_bias)
 
@@ -480,42 +492,66 @@ class SubsamplingStream:
     def __init__(self, sub: ConvSubsampling):
         self.sub = sub
         self.left, self.right = subsampling_padding(sub.causal)
-        self.carry: dict[int, mx.array] = {}  # strided layer -> input rows not yet consumed
-        self.emitted: dict[int, int] = {}  # strided layer -> output rows so far
+        self.carries: list = [None] * sum(1 for layer in sub.conv if is_strided(layer))  # rows not yet consumed
+        self.emitted = [0] * len(self.carries)  # output rows so far, per strided layer
         self.rows = 0  # mel rows so far
 
     def push(self, mel: mx.array, end: Optional[int] = None) -> mx.array:
         """mel rows [n, F]; ``end``: the valid mel length once the input has ended -> encoder-input frames [1, m, D]."""
-        x, start, length = mel[None, :, :, None], self.rows, end
+        x, self.carries, counts = self.rows_of(mel, self.carries, final=end is not None,
+                                               starts=(self.rows, *self.emitted), end=end)
         self.rows += mel.shape[0]
+        self.emitted = [e + c for e, c in zip(self.emitted, counts)]
+        return x
+
+    def advance(self, rows: int, carries: list) -> None:
+        """A steady frame went through :meth:`rows_of` outside (compiled): take its carries, count its rows (each
+        stride-2 layer with its one carried row halves them)."""
+        self.rows += rows
+        for n in range(len(self.emitted)):
+            rows //= SUBSAMPLING_STRIDE
+            self.emitted[n] += rows
+        self.carries = list(carries)
+
+    def rows_of(self, mel: mx.array, carries: list, final: bool = False, starts=None,
+                end: Optional[int] = None) -> tuple[mx.array, list, list]:
+        """The conv stack over new mel rows [n, F] given the strided layers' ``carries`` (None: the left padding),
+        pure: -> (encoder-input frames [1, m, D], new carries, output rows per strided layer). With ``final`` the
+        right padding comes in, and rows from ``starts`` (absolute index of the first row into each layer) at or past
+        their valid length (from ``end``) are zeroed."""
+        x, length = mel[None, :, :, None], end
+        start = starts[0] if starts else 0
         x = zero_rows_from(x, start, length)
-        for i, layer in enumerate(self.sub.conv):
+        new_carries, counts, n = [], [], 0
+        for layer in self.sub.conv:
             if is_strided(layer):
-                x, start = self._strided(i, layer, x, final=end is not None)
+                x, held = self._strided(layer, carries[n], x, final)
+                new_carries.append(held)
+                counts.append(x.shape[1])
+                n += 1
+                start = starts[n] if starts else 0
                 length = None if length is None else strided_length(length, self.sub.causal)
             elif x.shape[1]:
                 x = layer(x)
             x = zero_rows_from(x, start, length)
         b, t, f, c = x.shape
-        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f)), new_carries, counts
 
-    def _strided(self, i: int, layer: nn.Module, x: mx.array, final: bool) -> tuple[mx.array, int]:
-        """New input rows -> (new output rows, absolute index of the first)."""
+    def _strided(self, layer: nn.Module, held: Optional[mx.array], x: mx.array,
+                 final: bool) -> tuple[mx.array, mx.array]:
+        """New input rows -> (the output rows they complete, the input rows still needed)."""
         k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
-        held = self.carry.get(i)
         if held is None:
             held = mx.zeros((1, self.left, *x.shape[2:]), x.dtype)
         rows = mx.concatenate([held, x.astype(held.dtype)], axis=1)
         if final:
             rows = mx.concatenate([rows, mx.zeros((1, self.right, *rows.shape[2:]), rows.dtype)], axis=1)
         count = (rows.shape[1] - k) // s + 1 if rows.shape[1] >= k else 0
-        start = self.emitted.get(i, 0)
-        self.emitted[i] = start + count
-        self.carry[i] = rows[:, count * s:]
+        held = rows[:, count * s:]
         if count == 0:
-            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), start
+            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), held
         used = rows[:, :(count - 1) * s + k]
-        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), start
+        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), held
 
 
 @dataclass
@@ -563,6 +599,11 @@ class EncoderStream:
         self.frames += count
         return x[0]
 
+    def advance(self, frames: int, state: list) -> None:
+        """Frames computed outside (a compiled steady frame): take the new caches."""
+        self.frames += frames
+        self.state = list(state)
+
     def arrays(self) -> list[mx.array]:
         """The stream's state (to evaluate with its output)."""
-        return list(self.subsampling.carry.values()) + (self.state or [])
+        return [c for c in self.subsampling.carries if c is not None] + (self.state or [])
