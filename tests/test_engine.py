@@ -489,13 +489,16 @@ def test_a_live_conversation_waits_for_the_job_ahead(live_engine):
 
 
 def test_a_record_and_run_job_on_the_demo_model(live_engine):
-    """The real tiny model through the engine: the expected length known at submission is the progress total, one
-    count from the first position (the prompt's) to the last, and the frames' new samples are the answer."""
+    """The real tiny model through the engine: the expected length known at submission is the progress total (the
+    tools' block of the prompt included), one count from the first position (the prompt's) to the last, and the
+    frames' new samples are the answer."""
     import soundfile as sf
+    from voicechat.tools import get_current_time
 
     x, rate = sf.read(QUESTION, dtype="float32")
     wait_until(lambda: live_engine.status().state == eng.READY)
-    job = live_engine.submit(eng.Request(x, rate, "Be brief.", seed=3, config=GenerationConfig(max_extra_seconds=1)))
+    job = live_engine.submit(eng.Request(x, rate, "Be brief.", seed=3, config=GenerationConfig(max_extra_seconds=1),
+                                         tools=(get_current_time,)))
     events = collect(job)
     progress = [e for e in events if e.kind == eng.PROGRESS]
     answer = events[-1].answer

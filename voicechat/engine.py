@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from .config import GenerationConfig
 from .errors import Cancelled, VoiceChatError
 from .result import FrameUpdate, Result
+from .tools import system_prompt as tool_prompt
 
 # Event kinds. The last three end a job.
 QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED = "queued", "started", "progress", "done", "error", "cancelled"
@@ -490,7 +491,7 @@ class Engine:
             job._emit(Event(CANCELLED, message="Cancelled before it started."))
             return
         request = job.request
-        job._emit(Event(STARTED, prompt_frames=self.model.prompt_length(request.system_prompt)))
+        job._emit(Event(STARTED, prompt_frames=prompt_frames(self.model, request)))
         t0 = time.perf_counter()
         frames_done = 0
 
@@ -559,7 +560,12 @@ def expected_frames(model, request: Request) -> Optional[int]:
     fixed = gen.reference or gen.extra_seconds is not None
     extra = (gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds
     samples = round(len(request.audio) * rate / request.sample_rate) + round(extra * rate)
-    return model.prompt_length(request.system_prompt) + model.encoder_frames(samples)
+    return prompt_frames(model, request) + model.encoder_frames(samples)
+
+
+def prompt_frames(model, request: Request) -> int:
+    """Positions of the system prompt the model reads: the request's, with its tools' block when it has tools."""
+    return model.prompt_length(tool_prompt(request.system_prompt, request.tools))
 
 
 def job_queued(job: Job, ahead: int):
