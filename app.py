@@ -444,13 +444,13 @@ class RecordAndRun:
 
     def _follow(self, job: eng.Job, ask: Question) -> Iterator[tuple]:
         """Render the job's events until it ends; progress at most 5 times a second."""
-        position, prompt_frames, last_shown, unshown = 0, 0, 0.0, None
-        running = False
+        position, last_shown, unshown = 0, 0.0, None
+        running, frames = False, None  # once it runs: (the prompt's positions, seconds per position)
         while True:
             event = job.next_event(timeout=0.25)
             if event is None:  # nothing new; yield anyway: Gradio can only close (cancel) a generator at a yield
                 if unshown is not None:
-                    yield self._progress_frame(unshown, prompt_frames, ask)
+                    yield self._progress_frame(unshown, frames, ask)
                     unshown = None
                 else:
                     yield self._frame() if running else self._waiting_frame(job, position)
@@ -458,13 +458,13 @@ class RecordAndRun:
                 position = event.position
                 yield self._waiting_frame(job, position)
             elif event.kind == eng.STARTED:
-                running, prompt_frames = True, event.prompt_frames
+                running, frames = True, (event.prompt_frames, self.engine.status().facts.frame_seconds)
                 yield self._frame(status=status_html("run", "Starting…", "", 0.0))
             elif event.kind == eng.PROGRESS:
                 unshown = event
                 if time.monotonic() - last_shown >= 0.2:
                     last_shown = time.monotonic()
-                    yield self._progress_frame(event, prompt_frames, ask)
+                    yield self._progress_frame(event, frames, ask)
                     unshown = None
             elif event.kind == eng.DONE:
                 yield self._finished(event.answer, ask, job.id)
@@ -481,8 +481,8 @@ class RecordAndRun:
     def _waiting_frame(self, job: eng.Job, position: int) -> tuple:
         return self._frame(status=waiting_status(position, self.engine.wait_seconds(job), self.engine.status()))
 
-    def _progress_frame(self, event: eng.Event, prompt_frames: int, ask: Question) -> tuple:
-        status = progress_status(event, prompt_frames, bounded(ask.config), self.engine.status().facts.frame_seconds)
+    def _progress_frame(self, event: eng.Event, frames: tuple[int, float], ask: Question) -> tuple:
+        status = progress_status(event, frames[0], bounded(ask.config), frames[1])
         return self._frame(status=status, assistant=event.update.text, function=event.update.function_text)
 
     def _finished(self, answer: eng.Answer, ask: Question, job_id: int) -> tuple:
