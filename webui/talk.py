@@ -7,6 +7,8 @@ module serves those files and what the page asks the server:
 
     GET  /live/status              the model, this machine's measured speed (keeps up with real time or not), busy
     POST /live/measure             measure the speed again
+    POST /live/tool                run one of the built-in tools the page offers the model (the page is the Realtime
+                                   client, and Realtime tools are run by the client)
     POST /live/save/{session_id}   write the conversation: a stereo WAV (user left, assistant right, on the 80 ms
                                    timeline) and conversation.json (voicechat.result.conversation_json)
     GET  /live/files/{session_id}/{name}   the saved files
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import html
+import json
 import threading
 import time
 import weakref
@@ -29,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 import soxr
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Body, HTTPException
 from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
@@ -38,6 +41,9 @@ from voicechat.audio import duration_words, to_float32, write_wav
 from voicechat.config import GenerationConfig
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
 from voicechat.result import conversation_json
+from voicechat.tools import BUILTIN_TOOLS
+from voicechat.tools.calls import TIMEOUT_RESULT
+from voicechat.tools.runner import ToolRunner
 
 from . import stream
 
@@ -45,10 +51,11 @@ STATIC = Path(__file__).resolve().parent / "static"
 STATIC_URL = "/webui"  # the page's JS modules and worklets
 API = "/live"
 FRAME_MS = 80.0  # one timeline position (config.frame_length)
-KEEPS_UP_MS = 0.8 * FRAME_MS  # mean compute per frame below this: keeps up with room for the page and the network
+KEEPS_UP_MS = 0.8 * FRAME_MS  # median compute per frame below this: keeps up with room for the page and the network
 SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up frames) ...
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
 SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a slow machine; at least 4 frames)
+LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
 
@@ -65,21 +72,23 @@ class Speed:
     message: str = ""  # "failed": why
 
     @property
-    def mean_ms(self) -> Optional[float]:
-        return float(np.mean(self.frames_ms)) if self.frames_ms else None
+    def median_ms(self) -> Optional[float]:
+        """The verdict's number: a few frames on a machine that also runs other things, so the median (a moment of
+        load elsewhere does not make a fast machine look slow; a slow machine is slow at every frame)."""
+        return float(np.median(self.frames_ms)) if self.frames_ms else None
 
     @property
     def verdict(self) -> str:
-        """"keeps up", "tight" (on average under 80 ms, but with little room) or "too slow"; "" before a result."""
+        """"keeps up", "tight" (under 80 ms, but with little room) or "too slow"; "" before a result."""
         if self.state != "measured":
             return ""
-        return "keeps up" if self.mean_ms <= KEEPS_UP_MS else "tight" if self.mean_ms <= FRAME_MS else "too slow"
+        return "keeps up" if self.median_ms <= KEEPS_UP_MS else "tight" if self.median_ms <= FRAME_MS else "too slow"
 
     def json(self) -> dict:
         ms = np.asarray(self.frames_ms, float)
-        numbers = ({"frames": int(ms.size), "mean_ms": round(self.mean_ms, 1), "p50_ms": round(float(np.median(ms)), 1),
-                    "p95_ms": round(float(np.percentile(ms, 95)), 1), "realtime_factor": round(self.mean_ms / FRAME_MS, 3)}
-                   if ms.size else {})
+        numbers = ({"frames": int(ms.size), "p50_ms": round(self.median_ms, 1), "mean_ms": round(float(ms.mean()), 1),
+                    "p95_ms": round(float(np.percentile(ms, 95)), 1),
+                    "realtime_factor": round(self.median_ms / FRAME_MS, 3)} if ms.size else {})
         return {"state": self.state, "verdict": self.verdict, "frame_ms": FRAME_MS, **numbers, "text": self.text()}
 
     def text(self) -> str:
@@ -89,14 +98,14 @@ class Speed:
         if self.state == "failed":
             return f"The speed could not be measured: {self.message}"
         ms = np.asarray(self.frames_ms, float)
-        numbers = (f"{self.mean_ms:.0f} ms of computing per {FRAME_MS:.0f} ms frame (p50 {np.median(ms):.0f} ms, "
-                   f"p95 {np.percentile(ms, 95):.0f} ms)")
+        numbers = (f"{self.median_ms:.0f} ms of computing per {FRAME_MS:.0f} ms frame (median of {ms.size} frames; "
+                   f"mean {ms.mean():.0f} ms, p95 {np.percentile(ms, 95):.0f} ms)")
         if self.verdict == "keeps up":
             return f"This machine keeps up with real time: {numbers}."
         if self.verdict == "tight":
             return (f"This machine just keeps up with real time: {numbers}. It may fall behind when something else "
                     "runs; close other programs.")
-        return (f"This machine does not keep up with real time: {numbers}, {self.mean_ms / FRAME_MS:.1f}x slower. "
+        return (f"This machine does not keep up with real time: {numbers}, {self.median_ms / FRAME_MS:.1f}x slower. "
                 f"Live talk needs under {FRAME_MS:.0f} ms per frame: the 11B model needs Apple Silicon. Use Record and "
                 "run here.")
 
@@ -135,7 +144,7 @@ class SpeedCheck:
                     live.close()
             elif event.kind == eng.ERROR:
                 error = event.message
-        measured = tuple(round(1000 * s, 2) for s in seconds[SPEED_WARMUP:])
+        measured = tuple(round(1000 * s, 2) for s in seconds[SPEED_WARMUP:frames])
         self.speed = Speed("measured", measured) if measured and not error else \
             Speed("failed", message=error or "the engine computed no frame")
 
@@ -244,6 +253,8 @@ class TalkLive:
         self.recorder = Recorder()
         self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder)
         self.speed = SpeedCheck(engine)
+        self.lag_limit_s = LAG_LIMIT_S
+        self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
 
     # ---- the page ------------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -260,6 +271,7 @@ class TalkLive:
         router.include_router(self.realtime.router())
         router.add_api_route(f"{API}/status", self.status, methods=["GET"])
         router.add_api_route(f"{API}/measure", self.measure, methods=["POST"])
+        router.add_api_route(f"{API}/tool", self.run_tool, methods=["POST"])
         router.add_api_route(f"{API}/save/{{session_id}}", self.save, methods=["POST"])
         router.add_api_route(f"{API}/files/{{session_id}}/{{name}}", self.file, methods=["GET"])
         router.mount(STATIC_URL, StaticFiles(directory=STATIC), name="webui")
@@ -272,12 +284,34 @@ class TalkLive:
         since = self.recorder.open_since()
         busy = self.realtime.active is not None
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
-                "speed": self.speed.speed.json(),
-                "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""}}
+                "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
+                "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
+                "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()]}
 
     def measure(self) -> dict:
         self.speed.start()
         return self.status()
+
+    async def run_tool(self, name: str = Body(), arguments: str = Body()) -> dict:
+        """One call of a built-in tool, as the model wrote it (``arguments``: its JSON text) -> ``{"output": the JSON
+        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects."""
+        return {"output": await asyncio.to_thread(self.tool_output, name, arguments)}
+
+    def tool_output(self, name: str, arguments: str) -> str:
+        tool = self.tools.get(name)
+        try:
+            args = json.loads(arguments)
+        except json.JSONDecodeError:
+            args = None
+        if tool is None or not isinstance(args, dict):
+            error = f"no tool named {name!r} here" if tool is None else "the arguments are not a JSON object"
+            return json.dumps({"error": error})
+        runner = ToolRunner()  # the session's own rules: its thread, its timeout, its error lines
+        runner.start("call", tool.fn, args, tool.timeout)
+        runner.wait(["call"])
+        outcome = runner.poll("call")
+        value = TIMEOUT_RESULT if outcome.timed_out else {"error": outcome.error} if outcome.error else outcome.result
+        return json.dumps(value, ensure_ascii=False)
 
     async def save(self, session_id: str) -> dict:
         try:
@@ -346,8 +380,6 @@ def busy_text(seconds: Optional[float]) -> str:
 
 
 def json_text(record: dict) -> str:
-    import json
-
     return json.dumps(record, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -361,12 +393,16 @@ def panel_html(system_prompt: str) -> str:
 <div class="vc-live" data-state="idle">
   <div class="vc-status vc-wait" id="live-status" data-kind="wait"><div class="vc-title"><span class="vc-dot"></span>
     <span class="vc-live-title">Checking the model…</span></div><div class="vc-detail vc-live-detail"></div></div>
-  <div id="live-speed" class="vc-live-speed"></div>
+  <div class="vc-live-row"><span id="live-speed" class="vc-live-speed"></span>
+    <button id="live-measure" class="vc-live-link" disabled>Measure again</button></div>
   <div class="vc-live-row">
     <button id="live-start" class="vc-live-button primary" disabled>Start</button>
     <button id="live-stop" class="vc-live-button stop" disabled>Stop</button>
     <div class="vc-live-meter" title="microphone level"><div id="live-meter"></div></div>
   </div>
+  <label class="vc-live-check"><input type="checkbox" id="live-tools"> Let the model use tools: the time, a calculator
+    and unit conversion (they run on this computer; its calls and their results show below). The model reads their
+    descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
   <label class="vc-live-label" for="live-prompt">System prompt (read before the conversation starts)</label>
@@ -413,6 +449,10 @@ CSS = """
 .vc-live-meter > div {height: 100%; width: 0; background: #3b82f6; transition: width 60ms linear;}
 .vc-live-hint {margin: 0; opacity: .8; font-size: .9em;}
 .vc-live-speed {font-size: .92em;}
+.vc-live-link {background: none; border: none; padding: 0; color: var(--link-text-color); cursor: pointer;
+  font-size: .92em; text-decoration: underline;}
+.vc-live-link:disabled {opacity: .45; cursor: not-allowed;}
+.vc-live-check {font-size: .92em; display: flex; gap: 6px; align-items: baseline;}
 .vc-live-label {font-weight: 600; font-size: .9em; opacity: .85;}
 .vc-live textarea {width: 100%; border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
   background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}

@@ -31,11 +31,12 @@ class LiveTalk {
       root: root.querySelector('.vc-live'), status: $('live-status'), speed: $('live-speed'), start: $('live-start'),
       stop: $('live-stop'), meter: $('live-meter'), prompt: $('live-prompt'), transcript: $('live-transcript'),
       assistant: $('live-assistant'), function: $('live-function'), stats: $('live-stats'), save: $('live-save'),
-      saved: $('live-saved'),
+      saved: $('live-saved'), tools: $('live-tools'), measure: $('live-measure'),
     };
     this.el.start.addEventListener('click', () => this.start());
     this.el.stop.addEventListener('click', () => this.stop('done', 'Stopped', 'You ended the conversation.'));
     this.el.save.addEventListener('click', () => this.save());
+    this.el.measure.addEventListener('click', () => this.measure());
     window.addEventListener('pagehide', () => this.socket && this.socket.close(1000));
     this.state = 'idle'; // idle, connecting, queued, live, stopped
     this.server = null; // the last /live/status
@@ -66,6 +67,8 @@ class LiveTalk {
     this.el.speed.dataset.verdict = speed.verdict;
     const ready = model.state === 'ready' && speed.state === 'measured' && !busy.busy && speed.verdict !== 'too slow';
     this.el.start.disabled = !ready;
+    this.el.measure.disabled = model.state !== 'ready' || speed.state === 'measuring' || busy.busy ||
+      !['idle', 'stopped'].includes(this.state);
     if (this.state !== 'idle') return; // the card tells how the last conversation ended
     if (model.state !== 'ready') {
       this.card(model.state === 'failed' ? 'error' : 'wait', 'The model is not loaded', model.message);
@@ -80,6 +83,12 @@ class LiveTalk {
     }
   }
 
+  async measure() {
+    this.el.measure.disabled = true;
+    this.server = await (await fetch(`${API}/measure`, { method: 'POST' })).json();
+    this.showServer();
+  }
+
   card(kind, title, detail) {
     this.el.status.className = `vc-status vc-${kind}`;
     this.el.status.dataset.kind = kind;
@@ -91,7 +100,7 @@ class LiveTalk {
   async start() {
     this.reset();
     this.state = 'connecting';
-    this.el.start.disabled = true;
+    this.el.start.disabled = this.el.measure.disabled = true;
     this.el.stop.disabled = false;
     this.card('wait', 'Starting', 'Opening the microphone and the player…');
     try {
@@ -119,7 +128,7 @@ class LiveTalk {
     this.compute = []; // per-frame compute (ms), the last STATS_WINDOW frames
     this.frames = 0;
     this.slow = 0; // frames that took longer than 80 ms to compute
-    this.guard = new LagGuard(LIMIT_MS);
+    this.guard = new LagGuard(this.server ? this.server.lag_limit_ms : LIMIT_MS);
     this.exchange = false; // a tool exchange holds the user's audio
     this.userItems = new Map(); // item id -> its paragraph in the transcript
     this.turn = null; // the assistant's paragraph of the open response
@@ -144,10 +153,11 @@ class LiveTalk {
     this.showStats();
     if (this.state === 'live' && this.guard.tooFar(performance.now())) {
       const behind = (this.guard.behind(performance.now()) / 1000).toFixed(1);
-      const mean = this.compute.length ? this.compute.reduce((a, b) => a + b, 0) / this.compute.length : NaN;
+      const mean = this.compute.reduce((a, b) => a + b, 0) / this.compute.length;
+      const why = this.compute.length ? `a frame took ${mean.toFixed(0)} ms of computing on average, for ${FRAME_MS} ` +
+                                        'ms of audio' : 'no frame had come back yet';
       this.stop('error', 'Stopped: this machine fell behind', `The model was ${behind} s behind your voice (the ` +
-                `limit is ${LIMIT_MS / 1000} s): a frame took ${mean.toFixed(0)} ms of computing on average, for ` +
-                `${FRAME_MS} ms of audio. The conversation so far can be saved.`);
+                `limit is ${this.guard.limit / 1000} s): ${why}. The conversation so far can be saved.`);
     }
   }
 
@@ -218,6 +228,20 @@ class LiveTalk {
       ` · sent ${(this.sent / RATE).toFixed(1)} s`;
   }
 
+  // the model called a tool the page declared: run it on the server, hand the output back to the model
+  async runTool(event) {
+    const response = await fetch(`${API}/tool`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ name: event.name, arguments: event.arguments }),
+    });
+    const { output } = await response.json();
+    if (this.state !== 'live') return;
+    this.socket.send(JSON.stringify({
+      type: 'conversation.item.create', item: { type: 'function_call_output', call_id: event.call_id, output },
+    }));
+    this.note(`← ${event.name}: ${output}`);
+  }
+
   // ---- saving ---------------------------------------------------------------------------------------------------
   async save() {
     this.el.save.disabled = true;
@@ -246,8 +270,9 @@ class LiveTalk {
 const EVENTS = {
   'session.created'(event) {
     this.sessionId = event.session.id;
+    this.tools = this.el.tools.checked ? this.server.tools : [];
     this.socket.send(JSON.stringify({
-      type: 'session.update', session: { type: 'realtime', instructions: this.el.prompt.value },
+      type: 'session.update', session: { type: 'realtime', instructions: this.el.prompt.value, tools: this.tools },
     }));
   },
   'voicechat.session.queued'(event) {
@@ -279,6 +304,7 @@ const EVENTS = {
   },
   'response.function_call_arguments.done'(event) {
     this.note(`→ ${event.name}(${event.arguments})  [${event.call_id}]`);
+    if (this.tools.some((tool) => tool.name === event.name)) this.runTool(event);
   },
   'voicechat.function_call.failed'(event) {
     this.note(`✗ a call the model wrote could not be used: ${event.error}`);
@@ -293,7 +319,7 @@ const EVENTS = {
       if (e.kind === 'call_start') this.exchange = true;
       else if (e.kind === 'end') this.exchange = false;
       else if (e.kind === 'result') {
-        for (const call of e.calls) this.note(`← ${call.name}: ${call.error || 'result in the model'}`);
+        for (const call of e.calls) if (call.error) this.note(`✗ ${call.name || 'a call'}: ${call.error}`);
       }
     }
     this.guard.frame(performance.now(), event.backlog_ms, this.exchange);
