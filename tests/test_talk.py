@@ -213,6 +213,7 @@ def test_a_conversation_is_saved_as_heard_and_as_spoken(served):
     fits = [float(np.dot(right, spoken[lag:lag + len(right)])) for lag in range(13)]
     assert int(np.argmax(fits)) == 6
     assert np.corrcoef(right, spoken[6:6 + len(right)])[0, 1] > 0.95
+    assert answer["folder"].startswith("live/")  # where in the outputs folder: no server path
     assert served.post(f"/live/save/{client.session_id}") == answer  # saved once; asked again, the same files
 
 

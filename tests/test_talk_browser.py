@@ -70,8 +70,12 @@ def stat(page, name: str) -> float:
 
 
 def wait_stat(page, name: str, above: float) -> None:
-    page.wait_for_function(f"(v) => +document.querySelector('#live-stats').dataset.{camel(name)} > v", arg=above,
-                           timeout=TIMEOUT)
+    """Until the stat passes ``above`` (failing with what the panel says, e.g. why the conversation stopped)."""
+    try:
+        page.wait_for_function(f"(v) => +document.querySelector('#live-stats').dataset.{camel(name)} > v",
+                               arg=above, timeout=TIMEOUT)
+    except Exception:
+        raise AssertionError(f"{name} stayed at {stat(page, name)}: {page.locator('.vc-live').inner_text()}")
 
 
 def camel(name: str) -> str:

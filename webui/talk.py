@@ -134,7 +134,9 @@ class SpeedCheck:
             self.speed = Speed("unmeasured")
             return
         frames = SPEED_WARMUP + SPEED_FRAMES
-        live.send(np.zeros(frames * 1280 + 256, np.float32), 16000)  # whole frames and the mel's look-ahead
+        live.send(np.zeros(256, np.float32), 16000)  # the mel's look-ahead, then one frame per message: the engine
+        for _ in range(frames):  # reports (and can stop) after each
+            live.send(np.zeros(1280, np.float32), 16000)
         seconds, error = [], ""
         for event in live:
             if event.kind == eng.FRAMES:
@@ -319,8 +321,8 @@ class TalkLive:
         except SaveError as e:
             raise HTTPException(status_code=404, detail=str(e))
         files = f"{API}/files/{session_id}"
-        return {"wav": f"{files}/{wav.name}", "json": f"{files}/{js.name}", "folder": str(wav.parent),
-                "seconds": round(seconds, 2)}
+        return {"wav": f"{files}/{wav.name}", "json": f"{files}/{js.name}", "seconds": round(seconds, 2),
+                "folder": wav.parent.relative_to(self.outputs).as_posix()}  # no server path beyond the outputs
 
     def write(self, session_id: str) -> tuple[Path, Path, float]:
         """conversation.wav and conversation.json of a finished conversation (once; later calls give the same)."""
@@ -452,7 +454,8 @@ CSS = """
 .vc-live-link {background: none; border: none; padding: 0; color: var(--link-text-color); cursor: pointer;
   font-size: .92em; text-decoration: underline;}
 .vc-live-link:disabled {opacity: .45; cursor: not-allowed;}
-.vc-live-check {font-size: .92em; display: flex; gap: 6px; align-items: baseline;}
+.vc-live-check {font-size: .92em; display: flex; gap: 8px; align-items: baseline;}
+.vc-live-check input {appearance: auto; width: 15px; height: 15px; flex: none; accent-color: var(--color-accent);}
 .vc-live-label {font-weight: 600; font-size: .9em; opacity: .85;}
 .vc-live textarea {width: 100%; border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
   background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}

@@ -262,7 +262,7 @@ class LiveTalk {
       link.textContent = label;
       this.el.saved.appendChild(link);
     }
-    this.el.saved.appendChild(document.createTextNode(`saved in ${answer.folder}`));
+    this.el.saved.appendChild(document.createTextNode(`(also kept in the app's outputs folder, ${answer.folder})`));
   }
 }
 
