@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_realtime import Scripted, tiny_model  # noqa: E402,F401  (tiny_model: the demo model, a fixture)
 from voicechat import engine as eng  # noqa: E402
+from voicechat.result import CONVERSATION_FIELDS  # noqa: E402
 from voicechat.tools import calculate  # noqa: E402
 from voicechat.tools.channel import ToolCall  # noqa: E402
 from webui import stream, talk  # noqa: E402
@@ -191,6 +192,7 @@ def test_a_conversation_is_saved_as_heard_and_as_spoken(served):
 
     frames = client.frames()
     positions = len(record["text_tokens"])
+    assert list(record) == list(CONVERSATION_FIELDS)  # the record of Record and run and of the command line
     assert record["schema"] == "voicechat.conversation/1" and record["source"] == "live"
     assert record["first_frame"] == record["prompt_frames"] == frames[0]["position"] > 0
     assert len(frames) <= positions and record["input_seconds"] == 2.0 and record["answer_file"] == "conversation.wav"

@@ -55,6 +55,7 @@ KEEPS_UP_MS = 0.8 * FRAME_MS  # median compute per frame below this: keeps up wi
 SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up frames) ...
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
 SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a slow machine; at least 4 frames)
+SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
 LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
@@ -124,19 +125,18 @@ class SpeedCheck:
         with self.lock:
             if self.speed.state == "measuring" or self.engine.status().state != eng.READY:
                 return
-            self.speed = Speed("measuring")
-        threading.Thread(target=self.measure, name="voicechat-speed-check", daemon=True).start()
+            before, self.speed = self.speed, Speed("measuring")
+        threading.Thread(target=self.measure, args=(before,), name="voicechat-speed-check", daemon=True).start()
 
-    def measure(self) -> None:
+    def measure(self, before: Speed) -> None:
         try:
             live = self.engine.open_live(eng.LiveRequest(), owner="speed check")
-        except eng.EngineBusy:  # a conversation holds the model: measure on a later status request
-            self.speed = Speed("unmeasured")
+        except (eng.EngineBusy, eng.EngineFull):  # the model is taken: keep what was known, try again later
+            self.speed = before
             return
         frames = SPEED_WARMUP + SPEED_FRAMES
-        live.send(np.zeros(256, np.float32), 16000)  # the mel's look-ahead, then one frame per message: the engine
-        for _ in range(frames):  # reports (and can stop) after each
-            live.send(np.zeros(1280, np.float32), 16000)
+        for _ in range(frames + 1):  # one frame per message: the engine reports (and can stop) after each; one more
+            live.send(np.zeros(SILENCE_FRAME, np.float32), SILENCE_RATE)  # for the mel's look-ahead
         seconds, error = [], ""
         for event in live:
             if event.kind == eng.FRAMES:
@@ -182,12 +182,12 @@ class Recorder:
                 self.conversations.popitem(last=False)
 
     def heard(self, session_id: str, samples: np.ndarray) -> None:
-        conversation = self.conversations.get(session_id)
+        conversation = self.get(session_id)
         if conversation is not None:
             conversation.heard.append(samples)
 
     def closed(self, session_id: str, live) -> None:
-        conversation = self.conversations.get(session_id)
+        conversation = self.get(session_id)
         if conversation is not None:
             conversation.live, conversation.wall_seconds = live, time.monotonic() - conversation.started
             conversation.closed.set()
@@ -257,6 +257,7 @@ class TalkLive:
         self.speed = SpeedCheck(engine)
         self.lag_limit_s = LAG_LIMIT_S
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
+        self.writing = threading.Lock()  # one save at a time (a second one of the same conversation finds its files)
 
     # ---- the page ------------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -281,7 +282,7 @@ class TalkLive:
 
     def status(self) -> dict:
         model = self.engine.status()
-        if model.state == eng.READY and self.speed.speed.state == "unmeasured":
+        if model.state == eng.READY and self.speed.speed.state == "unmeasured" and self.realtime.active is None:
             self.speed.start()
         since = self.recorder.open_since()
         busy = self.realtime.active is not None
@@ -331,26 +332,30 @@ class TalkLive:
             raise SaveError("no such conversation here (only the last few are kept until saved)")
         if not conversation.closed.wait(SAVE_WAIT_S):
             raise SaveError("the conversation is still running: press Stop first")
-        if conversation.files is None:
-            result = conversation.live.result()
-            if result is None or not len(result.text_tokens):
-                raise SaveError("the conversation had not started: nothing to save")
-            folder = self.outputs / "live" / f"{conversation.created}-{session_id[-6:]}"
-            folder.mkdir(parents=True, exist_ok=True)
-            user = np.concatenate(conversation.heard) if conversation.heard else np.zeros(0, np.int16)
-            wav = write_wav(folder / "conversation.wav", stereo_conversation(user, WIRE_RATE, result),
-                            result.sample_rate)
-            answer = eng.make_answer(self.engine.model, result, conversation.wall_seconds)  # tokenizer only: no MLX
-            record = conversation_json(
-                answer, source="live", model=self.engine.name, demo_model=self.demo_mode, input_file="microphone",
-                input_sample_rate=WIRE_RATE, input_seconds=len(user) / WIRE_RATE,
-                system_prompt=result.settings.get("system_prompt", ""), seed=result.settings.get("seed", 0),
-                generation_config=GenerationConfig(), answer_file=wav.name)
-            js = folder / "conversation.json"
-            js.write_text(json_text(record))
-            conversation.files = (wav, js)
+        with self.writing:
+            if conversation.files is None:
+                conversation.files = self.write_files(conversation)
         wav, js = conversation.files
         return wav, js, conversation.wall_seconds
+
+    def write_files(self, conversation: Conversation) -> tuple[Path, Path]:
+        result = conversation.live.result()
+        if result is None or not len(result.text_tokens):
+            raise SaveError("the conversation had not started: nothing to save")
+        folder = self.outputs / "live" / f"{conversation.created}-{conversation.session_id[-6:]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        user = np.concatenate(conversation.heard) if conversation.heard else np.zeros(0, np.int16)
+        wav = write_wav(folder / "conversation.wav", stereo_conversation(user, WIRE_RATE, result), result.sample_rate)
+        # the words at their frames need the tokenizer: the engine's model, read here only for it (no MLX)
+        answer = eng.make_answer(self.engine.model, result, conversation.wall_seconds)
+        record = conversation_json(
+            answer, source="live", model=self.engine.name, demo_model=self.demo_mode, input_file="microphone",
+            input_sample_rate=WIRE_RATE, input_seconds=len(user) / WIRE_RATE,
+            system_prompt=result.settings.get("system_prompt", ""), seed=result.settings.get("seed", 0),
+            generation_config=GenerationConfig(), answer_file=wav.name)
+        js = folder / "conversation.json"
+        js.write_text(json_text(record))
+        return wav, js
 
     def file(self, session_id: str, name: str) -> FileResponse:
         conversation = self.recorder.get(session_id)

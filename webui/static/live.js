@@ -111,6 +111,11 @@ class LiveTalk {
                 'Allow the microphone for this page (it needs http://127.0.0.1 or https).');
       return;
     }
+    if (this.state !== 'connecting') { // Stop was pressed meanwhile
+      this.microphone.close();
+      this.microphone = null;
+      return;
+    }
     const url = new URL('/v1/realtime?voicechat_frames=1', window.location.href);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     this.socket = new WebSocket(url);
