@@ -140,7 +140,16 @@ def build(cfg: ModelConfig, tokenizer: TextTokenizer, weights: dict, dtype: Opti
                         dtype_for=lambda name, w: mx.float32 if keep_float32(name) else dtype)
     derive_missing(model, cfg, tokenizer, set(missing))
     mx.eval(model.parameters())
+    prepare(model)
     return model
+
+
+def prepare(model: nn.Module) -> None:
+    """Compute, once, what inference derives from the loaded weights (modules with a ``prepare`` method: offset norm
+    weights, fused projections, codebook norms), so that none of it runs per frame or inside a compiled function."""
+    for _, module in model.named_modules():
+        if hasattr(module, "prepare"):
+            mx.eval(module.prepare())
 
 
 def derive_missing(model: VoiceChatModel, cfg: ModelConfig, tokenizer: TextTokenizer, missing: set[str]) -> None:

@@ -22,6 +22,7 @@ import mlx.nn as nn
 
 from ..config import EncoderConfig
 from ..errors import ConfigError
+from ..layers import CausalDepthwiseConv
 
 SUBSAMPLING_KERNEL = 3
 SUBSAMPLING_STRIDE = 2
@@ -193,19 +194,24 @@ def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start=
 
 
 def key_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """The keys (or values) each query block can reach, zeros where nothing was cached or computed.
-    [B, history + T, H, dk] -> [B, H, n, span, dk]"""
-    t = x.shape[1] - ctx.history
-    padded = mx.pad(x, [(0, 0), (ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right), (0, 0), (0, 0)])
-    index = mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]
-    return padded[:, index].transpose(0, 3, 1, 2, 4)
+    """The keys (or values) each query block can reach, zeros where nothing was cached or computed; blocks folded
+    into the batch. [B, history + T, H, dk] -> [B * n, H, span, dk]"""
+    b, length, h, dk = x.shape
+    t = length - ctx.history
+    left, right = ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right
+    if left or right:
+        x = mx.pad(x, [(0, 0), (left, right), (0, 0), (0, 0)])
+    if ctx.blocks > 1:  # one block reaches every key: no gather
+        x = x[:, mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]]
+    return x.reshape(b, ctx.blocks, ctx.span, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.span, dk)
 
 
 def query_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """[B, T, H, dk] -> [B, H, n, block, dk] (the last block zero-padded)."""
+    """[B, T, H, dk] -> [B * n, H, block, dk] (the last block zero-padded)."""
     b, t, h, dk = x.shape
-    padded = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
-    return padded.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 3, 1, 2, 4)
+    if ctx.blocks * ctx.block > t:
+        x = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
+    return x.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.block, dk)
 
 
 def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
@@ -213,6 +219,8 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
     out[..., a, c] = by_distance[..., a, c - a] for 0 <= c - a < width, else 0. It is NeMo's ``rel_shift`` (pad,
     reshape, drop) applied to a band: [..., block, width] -> [..., block, span]."""
     *lead, block, width = by_distance.shape
+    if block == 1 and width == span:  # one query: its distance slots are its key columns
+        return by_distance
     padded = mx.pad(by_distance, [(0, 0)] * len(lead) + [(0, 0), (0, span + 1 - width)])
     flat = padded.reshape(*lead, block * (span + 1))[..., : block * span]
     return flat.reshape(*lead, block, span)
@@ -221,16 +229,18 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
 def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p: mx.array,
                        ctx: AttentionContext) -> mx.array:
     """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
-    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4).
+    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4). Computed as scaled
+    dot-product attention of each query block over its key band, the position scores and the mask as its additive
+    bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
     q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
     b, t, h, dk = q_u.shape
-    content = query_blocks(q_u, ctx) @ key_blocks(k, ctx).swapaxes(-1, -2)  # [B, H, n, block, span]
-    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)[None, :, None]  # [B, H, n, block, W]
-    scores = (content + skew_to_keys(position, ctx.span)) / math.sqrt(dk)
-    scores = mx.where(ctx.allowed, scores, MASKED_SCORE)
-    probs = mx.where(ctx.allowed, mx.softmax(scores, axis=-1), 0.0)
-    out = probs @ key_blocks(v, ctx)  # [B, H, n, block, dk]
-    return out.transpose(0, 2, 3, 1, 4).reshape(b, ctx.blocks * ctx.block, h * dk)[:, :t]
+    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)  # [B n, H, block, W]
+    allowed = ctx.allowed.reshape(b * ctx.blocks, 1, ctx.block, ctx.span)
+    bias = mx.where(allowed, skew_to_keys(position, ctx.span) / math.sqrt(dk), MASKED_SCORE)
+    out = mx.fast.scaled_dot_product_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
+                                               scale=1 / math.sqrt(dk), mask=bias.astype(q_u.dtype))
+    out = out.reshape(b, ctx.blocks, h, ctx.block, dk).transpose(0, 1, 3, 2, 4).reshape(b, -1, h * dk)[:, :t]
+    return mx.where(ctx.valid, out, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -248,6 +258,10 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.linear_pos = nn.Linear(d, d, bias=False)
         self.pos_bias_u = mx.zeros((h, d // h))
         self.pos_bias_v = mx.zeros((h, d // h))
+        self._fused = compute.Fused()
+
+    def prepare(self) -> list[mx.array]:
+        return self._fused.prepare([self.linear_q, self.linear_k, self.linear_v])
 
     def split_heads(self, y: mx.array) -> mx.array:
         """[..., D] -> [..., H, D / H]"""
@@ -260,9 +274,7 @@ class RelPositionMultiHeadAttention(nn.Module):
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
         and the last ones (as many as it holds) replace them."""
-        q = self.split_heads(self.linear_q(x))
-        k = self.split_heads(self.linear_k(x))
-        v = self.split_heads(self.linear_v(x))
+        q, k, v = (self.split_heads(y) for y in self._fused.project(x, [self.linear_q, self.linear_k, self.linear_v]))
         if cache is None:
             p = self.position_keys(ctx.pos_emb)
         else:
@@ -317,7 +329,7 @@ class ConformerConvolution(nn.Module):
         d = cfg.d_model
         self.kernel_size = cfg.conv_kernel_size
         self.pointwise_conv1 = nn.Linear(d, 2 * d, bias=cfg.use_bias)
-        self.depthwise_conv = nn.Conv1d(d, d, cfg.conv_kernel_size, groups=d, bias=cfg.use_bias)
+        self.depthwise_conv = CausalDepthwiseConv(d, cfg.conv_kernel_size, bias=cfg.use_bias)
         self.batch_norm = conv_norm(cfg)
         self.pointwise_conv2 = nn.Linear(d, d, bias=cfg.use_bias)
 

@@ -21,6 +21,7 @@ import mlx.nn as nn
 
 from ..cache import KVCache
 from ..config import LLMConfig
+from ..layers import CausalDepthwiseConv
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -165,26 +166,6 @@ def ssd_scan(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, c
 # ----------------------------------------------------------------------------------------------------------------
 # mixers
 # ----------------------------------------------------------------------------------------------------------------
-class CausalDepthwiseConv(nn.Module):
-    """``mixer.conv1d``: one K-tap kernel per channel over [x, B, C]; weight [C, K, 1] (the loader swaps torch's
-    [C, 1, K]). Computed as a weighted sum over an unfolded window: mlx's grouped conv1d is ~10x slower on CPU here."""
-
-    def __init__(self, channels: int, kernel: int, bias: bool):
-        super().__init__()
-        scale = kernel**-0.5
-        self.weight = mx.random.uniform(-scale, scale, (channels, kernel, 1))
-        if bias:
-            self.bias = mx.random.uniform(-scale, scale, (channels,))
-
-    def __call__(self, window: mx.array) -> mx.array:
-        # [B, K-1+L, C] -> [B, L, C]; window[:, l:l+K] feeds output l
-        b, t, c = window.shape
-        k = self.weight.shape[1]
-        taps = mx.as_strided(window, (b, t - k + 1, c, k), (t * c, c, 1, c))  # taps[b, l, c, i] = window[b, l+i, c]
-        out = (taps * self.weight.reshape(c, k)).sum(-1)
-        return out + self.bias if "bias" in self else out
-
-
 class Mamba2Mixer(nn.Module):
     """``layers.N.mixer`` for pattern letter M (SPEC §2.4)."""
 
@@ -354,6 +335,18 @@ class NemotronH(nn.Module):
                 (c.keys, c.values), states = states[:2], states[2:]
                 c.offset += 1
         return x
+
+    def warm_up(self, capacities: list[int]) -> None:
+        """One decode step at each attention-cache capacity (zero state, evaluated): traced and compiled ahead."""
+        dtype = compute.speech_dtype()
+        x = mx.zeros((1, 1, self.cfg.hidden_size), dtype)
+        for capacity in capacities:
+            cache = self.make_cache()
+            for c in cache.layers:
+                if isinstance(c, KVCache):
+                    c.keys = c.values = mx.zeros((1, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
+                    c.offset = capacity - 1
+            mx.eval(self.decode(x, cache), cache.state)
 
     def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:
         """A Mamba layer's [conv, ssm] state, zeros before the first position."""

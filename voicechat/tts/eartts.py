@@ -125,19 +125,6 @@ class GatedProjectedSumRMSNorm(nn.Module):
         return self.final_norm(mx.sigmoid(self.residual_scale) * (g * a + (1.0 - g) * t))
 
 
-class _SquaredNorms:
-    """||E_q[v]||^2 [Q, K] of the codebooks, recomputed only when ``rvq_embs`` is replaced (weights loaded)."""
-
-    def __init__(self):
-        self.source: Optional[mx.array] = None
-        self.value: Optional[mx.array] = None
-
-    def of(self, codebooks: mx.array) -> mx.array:
-        if self.source is not codebooks:
-            self.source, self.value = codebooks, (codebooks * codebooks).sum(axis=-1)
-        return self.value
-
-
 @dataclass
 class TTSState:
     """One session's TTS state: the backbone caches of both CFG rows (positions continue across steps) and its
@@ -175,7 +162,7 @@ class RVQEARTTSModel(nn.Module):
             self.audio_prompt_projection_W = mx.zeros((h, h))
         self.mog_head = MoGHead(cfg.mog, h, latent)
         self.rvq_embs = mx.zeros((cfg.num_quantizers, cfg.codebook_size, latent))
-        self._codebook_norms = _SquaredNorms()
+        self._codebook_norms = compute.Derived()  # ||E_q[v]||^2 [Q, K] of the codebooks
         self._compiled = compute.CompiledFunctions()
 
     # -- text side ---------------------------------------------------------------------------------------------
@@ -272,7 +259,13 @@ class RVQEARTTSModel(nn.Module):
         iterations = sum(1 for k in self.schedule if k > 0)
         gumbels, normals = noise.frame(iterations, self.mog_head.num_predictions, self.rvq_embs.shape[-1])
         generate = self._code_generator(scale, top_p, top_k, noise_scale)
-        return generate(hidden, gumbels, normals, self.rvq_embs, self._codebook_norms.of(self.rvq_embs))
+        return generate(hidden, gumbels, normals, self.rvq_embs, self.codebook_norms())
+
+    def codebook_norms(self) -> mx.array:
+        return self._codebook_norms.of(self.rvq_embs, lambda books: (books * books).sum(axis=-1))
+
+    def prepare(self) -> list[mx.array]:
+        return [self.codebook_norms()]
 
     def _code_generator(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float):
         """The code generation of one setting, compiled (fixed shapes; its elementwise work fused)."""

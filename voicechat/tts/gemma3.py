@@ -32,25 +32,31 @@ class Gemma3Attention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self._fused = compute.Fused()
+
+    def prepare(self) -> list[mx.array]:
+        return self._fused.prepare([self.q_proj, self.k_proj, self.v_proj])
+
+    def project(self, x: mx.array, position) -> tuple[mx.array, mx.array, mx.array]:
+        """Queries, keys (RMS-normed per head, then RoPE at ``position`` ..) and values: [B, L, H] -> [B, N, L, D]."""
+        q, k, v = self._fused.project(x, [self.q_proj, self.k_proj, self.v_proj])
+        q = rope(self.q_norm(split_heads(q, self.num_heads)), self.rope_base, position)
+        k = rope(self.k_norm(split_heads(k, self.num_kv_heads)), self.rope_base, position)
+        return q, k, split_heads(v, self.num_kv_heads)
 
     def __call__(self, x: mx.array, cache: KVCache) -> mx.array:
         # [B, L, H] -> [B, L, H]; positions cache.offset .. cache.offset + L - 1
-        q = rope(self.q_norm(split_heads(self.q_proj(x), self.num_heads)), self.rope_base, cache.offset)
-        k = rope(self.k_norm(split_heads(self.k_proj(x), self.num_kv_heads)), self.rope_base, cache.offset)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        q, k, v = self.project(x, cache.offset)
         keys, values, mask = cache.update_and_fetch(k, v)
         out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
         return self.o_proj(merge_heads(out))
-
 
     def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
              count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """One position in fixed shapes: x [B, 1, H] at ``position``; its key/value go to ``slot`` of the buffers
         [B, N, C, D]; the query sees the first ``count`` slots (the order of slots does not matter: positions are
         in the keys through RoPE). -> (out [B, 1, H], keys, values)"""
-        q = rope(self.q_norm(split_heads(self.q_proj(x), self.num_heads)), self.rope_base, position)
-        k = rope(self.k_norm(split_heads(self.k_proj(x), self.num_kv_heads)), self.rope_base, position)
-        v = split_heads(self.v_proj(x), self.num_kv_heads)
+        q, k, v = self.project(x, position)
         keys = mx.slice_update(keys, k.astype(keys.dtype), slot, axes=(2,))
         values = mx.slice_update(values, v.astype(values.dtype), slot, axes=(2,))
         mask = mx.arange(keys.shape[2]) < count
@@ -101,6 +107,18 @@ class Gemma3TextModel(nn.Module):
         for layer, cache in zip(self.layers, caches):
             x = layer(x, cache)
         return self.norm(x)
+
+    def warm_up(self, capacities: list[int], dtype: mx.Dtype, rows: int = 2) -> None:
+        """One step at each cache capacity (zero caches, evaluated): traced and compiled ahead."""
+        cfg = self.cfg
+        x = mx.zeros((rows, 1, cfg.hidden_size), dtype)
+        for capacity in capacities:
+            caches = self.make_caches()
+            for cache in caches:
+                size = capacity if cache.window is None else min(capacity, cache.window)
+                cache.keys = cache.values = mx.zeros((rows, cfg.num_key_value_heads, size, cfg.head_dim), dtype)
+                cache.offset = size - 1
+            mx.eval(self.step(x, caches), [c.arrays() for c in caches])
 
     def step(self, x: mx.array, caches: list) -> mx.array:
         """One position after a warm-up: the whole stack as one compiled function over fixed-shape cache buffers
