@@ -492,42 +492,66 @@ class SubsamplingStream:
     def __init__(self, sub: ConvSubsampling):
         self.sub = sub
         self.left, self.right = subsampling_padding(sub.causal)
-        self.carry: dict[int, mx.array] = {}  # strided layer -> input rows not yet consumed
-        self.emitted: dict[int, int] = {}  # strided layer -> output rows so far
+        self.carries: list = [None] * sum(1 for layer in sub.conv if is_strided(layer))  # rows not yet consumed
+        self.emitted = [0] * len(self.carries)  # output rows so far, per strided layer
         self.rows = 0  # mel rows so far
 
     def push(self, mel: mx.array, end: Optional[int] = None) -> mx.array:
         """mel rows [n, F]; ``end``: the valid mel length once the input has ended -> encoder-input frames [1, m, D]."""
-        x, start, length = mel[None, :, :, None], self.rows, end
+        x, self.carries, counts = self.rows_of(mel, self.carries, final=end is not None,
+                                               starts=(self.rows, *self.emitted), end=end)
         self.rows += mel.shape[0]
+        self.emitted = [e + c for e, c in zip(self.emitted, counts)]
+        return x
+
+    def advance(self, rows: int, carries: list) -> None:
+        """A steady frame went through :meth:`rows_of` outside (compiled): take its carries, count its rows (each
+        stride-2 layer with its one carried row halves them)."""
+        self.rows += rows
+        for n in range(len(self.emitted)):
+            rows //= SUBSAMPLING_STRIDE
+            self.emitted[n] += rows
+        self.carries = list(carries)
+
+    def rows_of(self, mel: mx.array, carries: list, final: bool = False, starts=None,
+                end: Optional[int] = None) -> tuple[mx.array, list, list]:
+        """The conv stack over new mel rows [n, F] given the strided layers' ``carries`` (None: the left padding),
+        pure: -> (encoder-input frames [1, m, D], new carries, output rows per strided layer). With ``final`` the
+        right padding comes in, and rows from ``starts`` (absolute index of the first row into each layer) at or past
+        their valid length (from ``end``) are zeroed."""
+        x, length = mel[None, :, :, None], end
+        start = starts[0] if starts else 0
         x = zero_rows_from(x, start, length)
-        for i, layer in enumerate(self.sub.conv):
+        new_carries, counts, n = [], [], 0
+        for layer in self.sub.conv:
             if is_strided(layer):
-                x, start = self._strided(i, layer, x, final=end is not None)
+                x, held = self._strided(layer, carries[n], x, final)
+                new_carries.append(held)
+                counts.append(x.shape[1])
+                n += 1
+                start = starts[n] if starts else 0
                 length = None if length is None else strided_length(length, self.sub.causal)
             elif x.shape[1]:
                 x = layer(x)
             x = zero_rows_from(x, start, length)
         b, t, f, c = x.shape
-        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f)), new_carries, counts
 
-    def _strided(self, i: int, layer: nn.Module, x: mx.array, final: bool) -> tuple[mx.array, int]:
-        """New input rows -> (new output rows, absolute index of the first)."""
+    def _strided(self, layer: nn.Module, held: Optional[mx.array], x: mx.array,
+                 final: bool) -> tuple[mx.array, mx.array]:
+        """New input rows -> (the output rows they complete, the input rows still needed)."""
         k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
-        held = self.carry.get(i)
         if held is None:
             held = mx.zeros((1, self.left, *x.shape[2:]), x.dtype)
         rows = mx.concatenate([held, x.astype(held.dtype)], axis=1)
         if final:
             rows = mx.concatenate([rows, mx.zeros((1, self.right, *rows.shape[2:]), rows.dtype)], axis=1)
         count = (rows.shape[1] - k) // s + 1 if rows.shape[1] >= k else 0
-        start = self.emitted.get(i, 0)
-        self.emitted[i] = start + count
-        self.carry[i] = rows[:, count * s:]
+        held = rows[:, count * s:]
         if count == 0:
-            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), start
+            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), held
         used = rows[:, :(count - 1) * s + k]
-        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), start
+        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), held
 
 
 @dataclass
@@ -575,6 +599,11 @@ class EncoderStream:
         self.frames += count
         return x[0]
 
+    def advance(self, frames: int, state: list) -> None:
+        """Frames computed outside (a compiled steady frame): take the new caches."""
+        self.frames += frames
+        self.state = list(state)
+
     def arrays(self) -> list[mx.array]:
         """The stream's state (to evaluate with its output)."""
-        return list(self.subsampling.carry.values()) + (self.state or [])
+        return [c for c in self.subsampling.carries if c is not None] + (self.state or [])
