@@ -153,6 +153,33 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench_main(a)
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    try:
+        import uvicorn  # noqa: F401
+        import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
+
+        from .realtime import serve
+    except ImportError as e:
+        raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
+                         "(or pip install \"voicechat[app]\")") from None
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    return 0
+
+
+def add_serve_parser(sub) -> None:
+    import os
+
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
+    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id ({DEFAULT_MODEL})")
+    s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
+                   help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    s.set_defaults(func=cmd_serve)
+
+
 def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -200,6 +227,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
 
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
+    add_serve_parser(sub)
     return p
 
 

@@ -231,7 +231,7 @@ class Session:
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.codec = self.tts.audio_codec.stream()
-        self.llm_stream, self.speech_stream = mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device())
+        self.llm_stream, self.speech_stream = self.model.streams()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
         self.ended = False

@@ -149,7 +149,7 @@ def docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     doc = inspect.cleandoc(doc or "")
     head, _, args = doc.partition("\nArgs:")
     described: dict[str, str] = {}
-    name = None
+    name, indent = None, 0
     for line in args.splitlines():
         if line.strip() and not line[0].isspace():
             break  # the next section (Returns:, Raises: ...)

@@ -52,14 +52,13 @@ class Gemma3Attention(nn.Module):
         return self.o_proj(merge_heads(out))
 
     def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
-             count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+             mask: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """One position in fixed shapes: x [B, 1, H] at ``position``; its key/value go to ``slot`` of the buffers
-        [B, N, C, D]; the query sees the first ``count`` slots (the order of slots does not matter: positions are
+        [B, N, C, D]; the query sees the slots ``mask`` [C] holds (the order of slots does not matter: positions are
         in the keys through RoPE). -> (out [B, 1, H], keys, values)"""
         q, k, v = self.project(x, position)
         keys = mx.slice_update(keys, k.astype(keys.dtype), slot, axes=(2,))
         values = mx.slice_update(values, v.astype(values.dtype), slot, axes=(2,))
-        mask = mx.arange(keys.shape[2]) < count
         out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
         return self.o_proj(merge_heads(out)), keys, values
 
@@ -82,8 +81,8 @@ class Gemma3DecoderLayer(nn.Module):
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
     def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
-             count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        attn, keys, values = self.self_attn.step(self.input_layernorm(x), position, keys, values, slot, count)
+             mask: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        attn, keys, values = self.self_attn.step(self.input_layernorm(x), position, keys, values, slot, mask)
         return self.feed_forward(x + self.post_attention_layernorm(attn)), keys, values
 
 
@@ -135,8 +134,12 @@ class Gemma3TextModel(nn.Module):
         return out
 
     def run_step(self, x: mx.array, position: mx.array, slots: mx.array, counts: mx.array, *buffers) -> tuple:
-        out = []
+        out, masks = [], {}
         for i, layer in enumerate(self.layers):
-            x, keys, values = layer.step(x, position, buffers[2 * i], buffers[2 * i + 1], slots[i:i + 1], counts[i])
+            keys = buffers[2 * i]
+            kind = (self.cfg.layer_types[i], keys.shape[2])  # layers of a kind see the same slots: one mask each
+            if kind not in masks:
+                masks[kind] = mx.arange(keys.shape[2]) < counts[i]
+            x, keys, values = layer.step(x, position, keys, buffers[2 * i + 1], slots[i:i + 1], masks[kind])
             out += [keys, values]
         return (self.norm(x), *out)
