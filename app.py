@@ -5,8 +5,13 @@
     python app.py --demo                # a tiny random-weight model built locally: the UI works, the answers are noise
     python app.py --share --port 8000   # also serve a public Gradio link (only outputs/ and assets/ are served)
 
-This file is the UI only (widgets, events, formatting). All model work happens on the engine thread
-(voicechat/engine.py); the handlers here submit jobs and render the engine's events.
+This file is the UI only (widgets, events, formatting); the timeline drawing is webui/timeline.py. All model work
+happens on the engine thread (voicechat/engine.py); the handlers here submit jobs and render the engine's events.
+The page is a set of tabs around one engine: ``build_app`` puts each tab's ``build()`` in a ``gr.Tab``.
+
+One queue: the engine's. Gradio hands every Run to its handler at once (no concurrency limit on it), the handler
+submits it to the engine, and the engine's queue is the only place where requests wait: its positions and expected
+waits are what the status card shows. Gradio's own queue stays (streaming handlers need it) but never holds a Run.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import secrets
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -29,15 +34,17 @@ import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
-from voicechat.audio import read_audio, write_wav  # noqa: E402
+from voicechat.audio import check_recording, check_upload, duration_words, read_audio, write_wav  # noqa: E402
 from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
-from voicechat.errors import AudioInputError  # noqa: E402
+from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
+from voicechat.result import conversation_json  # noqa: E402
+from webui import timeline  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 ASSETS = APP_DIR / "assets"
 DEFAULT_OUTPUTS = APP_DIR / "outputs"
-FRAME_SECONDS = 0.08  # one timeline step (ModelConfig.frame_length) until a result says otherwise
 MAX_WAITING = 8  # jobs that may wait for the engine; more are turned away with a message
+FORMATS = "WAV, FLAC, OGG, MP3, M4A/AAC, Opus or WebM"  # soundfile, and PyAV for the rest (voicechat.audio)
 
 NVIDIA_PROMPT = (  # NVIDIA's deployment default (SPEC §6 point 7)
     "You are an AI voice assistant developed by NVIDIA. Your name is NVIDIA Voice Chat. Answer in a spoken, "
@@ -53,24 +60,27 @@ PROMPT_PRESETS = {
     "No system prompt": "",
 }
 
-HOW_TO = """
-1. **Record** your question with the microphone, or **drop an audio file** on the input (WAV, FLAC, OGG or MP3; any
-   sample rate, mono or stereo). Or pick one of the examples below the Run button.
+RTF_MEANING = ("RTF (real-time factor) = seconds of computing since the run started / seconds of timeline computed "
+               "so far (system prompt, your recording and the silence after it); below 1 is faster than real time. "
+               "The same number during the run and after it.")
+
+HOW_TO = f"""
+1. **Record** your question with the microphone, or **drop an audio file** on the input ({FORMATS}; any sample
+   rate, mono or stereo). Or pick one of the examples below the Run button. The recording is checked at once.
 2. Optionally choose **who the assistant is** (system prompt) and a **seed**: the same recording, prompt and seed give
    the same answer; another seed gives another take of the voice.
-3. Press **Run**. The assistant's words appear while it thinks and the answer plays when it is ready.
-   **Cancel** stops within one 80 ms frame.
+3. Press **Run** (or **Ctrl+Enter**). The assistant's words appear while it thinks and the answer plays when it is
+   ready. **Cancel** stops within one frame.
 
 The model is full-duplex: it listens and speaks on one 80 ms timeline. Here it hears your recording followed by
 silence and answers in that silence; the **Timeline** shows both sides with each word where it was spoken.
 """
 
-LIMITS = """
+LIMITS = f"""
 - **English only, one voice** (the built-in "Aria"), spoken input only.
-- Trained on conversations of up to about **2 minutes**: keep recordings short (under 30 s works best).
+- Trained on conversations of up to about **2 minutes**: keep recordings short (under a minute works best).
 - **Speed depends on the machine.** The 4-bit model has been reported to run near real time on recent Apple Silicon;
-  on a Linux or Intel CPU it is around 100x slower than real time. The status line shows the real-time factor
-  (RTF: seconds of computing per second of conversation; below 1 is faster than real time).
+  on a Linux or Intel CPU it is around 100x slower than real time. {RTF_MEANING}
 - **Use headphones** when you talk to it live: there is no echo cancellation, so through speakers it hears itself.
 - The **function channel** shows the model's tool-call tokens; this app does not run any tools.
 - It is a research model: answers can be wrong, repetitive or cut off.
@@ -85,7 +95,8 @@ CSS = """
 .vc-bar > div {height: 100%; background: var(--color-accent); transition: width .3s;}
 .vc-dot {display: inline-block; width: 10px; height: 10px; border-radius: 50%; margin-right: 8px;
          background: #a3a3a3; vertical-align: 1px;}
-.vc-wait .vc-dot {background: #eab308;}
+.vc-wait .vc-dot, .vc-warn .vc-dot {background: #eab308;}
+.vc-warn {border-color: #ca8a04; background: rgba(234, 179, 8, .10);}
 .vc-run .vc-dot {background: var(--color-accent); animation: vc-pulse 1s ease-in-out infinite alternate;}
 .vc-done .vc-dot {background: #16a34a;}
 .vc-error .vc-dot {background: #dc2626;}
@@ -95,25 +106,23 @@ CSS = """
 .vc-model[data-state="failed"] {color: #dc2626; opacity: 1;}
 .vc-banner {border-radius: 10px; padding: 8px 14px; background: rgba(234, 179, 8, .15); border: 1px solid #ca8a04;}
 .vc-model {font-size: .92em; opacity: .85;}
-.vc-timeline {overflow-x: auto; padding: 4px 0;}
 #vc-downloads .empty {min-height: 48px !important; height: 48px;}
 #vc-downloads .empty .icon {display: none;}
-.vc-timeline svg text {font-family: ui-sans-serif, system-ui, sans-serif;}
+""" + timeline.CSS
+
+# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed.
+SHORTCUTS_JS = """
+() => document.addEventListener('keydown', (event) => {
+  if (event.key !== 'Enter' || !(event.ctrlKey || event.metaKey)) return;
+  const run = [...document.querySelectorAll('.vc-run')].find((b) => b.offsetParent !== null && !b.disabled);
+  if (run) { event.preventDefault(); run.click(); }
+})
 """
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # status lines
 # ---------------------------------------------------------------------------------------------------------------
-STAGE_TITLES = {
-    "perception": "Listening to your recording",
-    "prompt": "Reading the system prompt",
-    "frames": "Thinking and speaking",
-    "codec": "Making the voice",
-    "transcript": "Transcribing your words",
-}
-
-
 def status_html(kind: str, title: str, detail: str = "", fraction: Optional[float] = None) -> str:
     """The status card: a coloured dot and a title, an optional progress bar, a detail line."""
     bar = (f'<div class="vc-bar"><div style="width:{100 * min(max(fraction, 0.0), 1.0):.1f}%"></div></div>'
@@ -124,232 +133,69 @@ def status_html(kind: str, title: str, detail: str = "", fraction: Optional[floa
 
 
 def idle_status() -> str:
-    return status_html("idle", "Ready when you are", "Record or drop a question, then press Run.")
+    return status_html("idle", "Ready when you are", "Record or drop a question, then press Run (Ctrl+Enter).")
+
+
+def not_loaded_status(status: eng.EngineStatus) -> str:
+    return status_html("error", "The model is not loaded",
+                       f"{status.message} (To try the interface without it: python app.py --demo.)")
+
+
+def engine_status_card(status: eng.EngineStatus) -> str:
+    """The status card before any run: ready, not loaded, or waiting for the model."""
+    if status.state == eng.READY:
+        return idle_status()
+    if status.state in (eng.FAILED, eng.CLOSED):
+        return not_loaded_status(status)
+    return status_html("wait", "Waiting for the model", status.message + " Run works once it is loaded.",
+                       status.fraction)
 
 
 def model_status_html(status: eng.EngineStatus, name: str) -> str:
     if status.state == eng.READY:
         text = f"{name} is ready" + (f" (loaded in {status.load_seconds:.1f} s)" if status.load_seconds else "")
     elif status.state == eng.FAILED:
-        text = f"not loaded. {status.message} (To try the interface without it: python app.py --demo.)"
+        text = f"{name} is not loaded (what to do: below)"
     else:
         text = status.message + (f" ({100 * status.fraction:.0f}%)" if status.fraction else "")
     return f'<div class="vc-model" data-state="{status.state}">Model: {html.escape(text)}</div>'
 
 
-def waiting_status(position: int, engine_status: eng.EngineStatus) -> str:
+def rtf_text(rtf: float) -> str:
+    return f"RTF {rtf:.2f} ({'faster' if rtf < 1 else 'slower'} than real time)"
+
+
+def waiting_status(position: int, wait_seconds: Optional[float], engine_status: eng.EngineStatus) -> str:
     if engine_status.state in (eng.STARTING, eng.LOADING, eng.DOWNLOADING):
         return status_html("wait", "Waiting for the model", engine_status.message, engine_status.fraction)
     if position == 0:
         return status_html("wait", "Starting", "Your request is next.")
     ahead = "1 request" if position == 1 else f"{position} requests"
+    wait = (f"Expected wait: up to about {duration_words(wait_seconds)} (from the measured speed and the lengths of "
+            f"the recordings ahead). " if wait_seconds is not None else "")
     return status_html("wait", f"Waiting in line: {ahead} ahead of you",
-                       "One conversation runs at a time; yours starts automatically.")
+                       wait + "One conversation runs at a time; yours starts automatically.")
 
 
-def rtf_text(frames_per_second: float, frame_seconds: float) -> str:
-    """Real-time factor: seconds of computing per second of timeline (1.0 = real time)."""
-    if frames_per_second <= 0:
-        return ""
-    rtf = 1.0 / (frames_per_second * frame_seconds)
-    return f"RTF {rtf:.2f} ({'faster' if rtf < 1 else 'slower'} than real time)"
-
-
-def duration_text(seconds: float) -> str:
-    if seconds < 1:
-        return "less than a second"
-    if seconds < 90:
-        return f"about {seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"about {seconds / 60:.0f} min"
-    return f"about {seconds / 3600:.1f} h"
-
-
-def progress_status(event: eng.Event) -> str:
-    u = event.update
-    title = STAGE_TITLES.get(u.stage, u.stage.capitalize())
-    parts = [f"frame {event.done} of {event.total}", f"{u.elapsed_s:.1f} s"]
-    if u.frames_per_second > 0:
-        parts.append(rtf_text(u.frames_per_second, FRAME_SECONDS))
-        parts.append(f"{duration_text((event.total - event.done) / u.frames_per_second)} left")
-    return status_html("run", f"{title}…", " · ".join(parts), event.done / max(event.total, 1))
+def progress_status(event: eng.Event, prompt_frames: int, bounded: bool, frame_seconds: float) -> str:
+    """One line per progress event: what it does, frame N of (up to) M, elapsed time, RTF, time left. In automatic
+    mode M is a bound: the run stops earlier once the answer has ended."""
+    reading = event.update.stage == "prompt" or event.done < prompt_frames
+    title = "Reading the system prompt…" if reading else "Listening and answering…"
+    of = f"up to {event.total}" if bounded else f"{event.total}"
+    parts = [f"frame {event.done} of {of}", f"{event.seconds:.1f} s"]
+    if event.done > 0:
+        parts.append(rtf_text(eng.realtime_factor(event.seconds, event.done, frame_seconds)))
+        left = (event.total - event.done) * event.seconds / event.done
+        parts.append(f"{'up to ' if bounded else ''}about {duration_words(left)} left")
+    return status_html("run", title, " · ".join(parts), event.done / max(event.total, 1))
 
 
 def done_status(answer: eng.Answer) -> str:
     r = answer.result
-    frames = len(r.text_tokens)
-    detail = (f"{r.seconds:.1f} s of answer audio · {frames} frames in {answer.wall_seconds:.1f} s · "
-              + rtf_text(frames / max(answer.wall_seconds, 1e-9), r.frame_seconds))
+    detail = (f"{answer.timeline_frames} frames ({answer.timeline_frames * r.frame_seconds:.1f} s of timeline) in "
+              f"{answer.wall_seconds:.1f} s · {rtf_text(answer.realtime_factor)} · {r.seconds:.1f} s of answer audio")
     return status_html("done", "Answer ready", detail, 1.0)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the timeline (inline SVG)
-# ---------------------------------------------------------------------------------------------------------------
-USER_COLOR, ASSISTANT_COLOR, FUNCTION_COLOR, TURN_COLOR = "#3b82f6", "#f97316", "#a855f7", "#16a34a"
-LABEL_W, AXIS_H, WAVE_H, LANE_H = 92, 26, 56, 17
-WORD_LANES, FUNCTION_LANES = 3, 2
-CHAR_W = 6.3  # px per character at the 11 px label font (for lane packing)
-MAX_PX_PER_FRAME = 40.0
-
-
-def envelope(x: np.ndarray, rate: int, frame_seconds: float, bins_per_frame: int) -> np.ndarray:
-    """Peak |x| per 1/bins_per_frame of a timeline frame. [N] -> [ceil(N / hop)]"""
-    hop = rate * frame_seconds / bins_per_frame
-    if x.size == 0:
-        return np.zeros(0, np.float32)
-    starts = np.unique(np.floor(np.arange(0, x.size, hop)).astype(np.int64))
-    return np.maximum.reduceat(np.abs(x), starts).astype(np.float32)
-
-
-def wave_path(env: np.ndarray, x0: float, bin_w: float, mid: float, half_h: float) -> str:
-    """Vertical bars, one per envelope bin, as one SVG path, scaled to the waveform's own peak."""
-    if env.size == 0:
-        return ""
-    heights = np.maximum(env / max(float(env.max()), 0.1) * half_h, 0.5)
-    return "".join(f"M{x0 + i * bin_w:.1f} {mid - h:.1f}V{mid + h:.1f}" for i, h in enumerate(heights))
-
-
-def pack_lanes(pieces: Sequence[eng.Piece], x_of, lanes: int) -> list[int]:
-    """A lane per piece: the first lane that is free at its x, else the one that frees up first."""
-    ends = [-1e9] * lanes
-    out = []
-    for p in pieces:
-        x = x_of(p.frame)
-        free = [i for i in range(lanes) if ends[i] <= x]
-        lane = free[0] if free else min(range(lanes), key=ends.__getitem__)
-        ends[lane] = x + CHAR_W * max(len(piece_label(p)), 1) + 3
-        out.append(lane)
-    return out
-
-
-def piece_label(p: eng.Piece) -> str:
-    return p.text.strip() or p.token
-
-
-def label_px_per_frame(pieces: Sequence[eng.Piece], lanes: int) -> float:
-    """The frame width at which each label ends before the label `lanes` places later starts (so lane packing
-    never has to overlap two labels)."""
-    need = [(CHAR_W * max(len(piece_label(a)), 1) + 4) / max(b.frame - a.frame, 1)
-            for a, b in zip(pieces, pieces[lanes:])]
-    return max(need, default=0.0)
-
-
-@dataclass
-class TimelineSpan:
-    """Where things sit on the 80 ms axis: positions [start, end), the recording starts at `recording_start`.
-    Frames are at least wide enough for the labels (up to MAX_PX_PER_FRAME; the view scrolls sideways)."""
-
-    start: int
-    end: int
-    recording_start: int
-    frame_seconds: float
-    label_px: float = 0.0
-    px_per_frame: float = field(init=False)
-
-    def __post_init__(self):
-        fill = 1000.0 / max(self.end - self.start, 1)  # short conversations fill about 1000 px
-        self.px_per_frame = min(max(6.0, min(24.0, fill), self.label_px), MAX_PX_PER_FRAME)
-
-    def x(self, position: float) -> float:
-        return LABEL_W + (position - self.start) * self.px_per_frame
-
-    @property
-    def width(self) -> float:
-        return self.x(self.end) + 12
-
-
-def timeline_html(answer: eng.Answer, user_audio: np.ndarray, user_rate: int) -> str:
-    """Input and answer waveforms on one 80 ms time axis, the assistant's words and the function-channel tokens at
-    the frames where they were emitted, turn starts/ends, the system-prompt frames and the silence after the input."""
-    r = answer.result
-    fs = r.frame_seconds
-    label_px = max(label_px_per_frame(answer.text_pieces, WORD_LANES),
-                   label_px_per_frame(answer.function_pieces, FUNCTION_LANES))
-    span = TimelineSpan(start=min(r.first_frame, r.prompt_frames), end=r.first_frame + len(r.text_tokens),
-                        recording_start=r.prompt_frames, frame_seconds=fs, label_px=label_px)
-    bins = 4 if span.end - span.start <= 1500 else 1
-    bin_w = span.px_per_frame / bins
-    rows_y = {"user": AXIS_H, "assistant": AXIS_H + WAVE_H + 6}
-    words_y = rows_y["assistant"] + WAVE_H + 8
-    func_y = words_y + WORD_LANES * LANE_H + 6
-    height = func_y + FUNCTION_LANES * LANE_H + 8
-    top, bottom = AXIS_H - 4, height - 4
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{span.width:.0f}" height="{height}" '
-           f'viewBox="0 0 {span.width:.0f} {height}" role="img" aria-label="Conversation timeline" '
-           f'style="color:var(--body-text-color)" font-size="11">']
-
-    # shaded regions: system prompt frames, and the silence appended after the recording
-    rec_end = span.recording_start + r.input_frames
-    if span.start < span.recording_start:
-        out.append(_region(span.x(span.start), span.x(span.recording_start), top, bottom, "system prompt"))
-    if rec_end < span.end:
-        out.append(_region(span.x(rec_end), span.x(span.end), rows_y["user"], rows_y["user"] + WAVE_H,
-                           "silence after your recording"))
-
-    # frame grid and the time axis (seconds from the start of the recording)
-    if span.px_per_frame >= 6:
-        grid = "".join(f"M{span.x(p):.1f} {top}V{bottom}" for p in range(span.start, span.end + 1))
-        out.append(f'<path d="{grid}" stroke="currentColor" stroke-opacity=".07" stroke-width="1"/>')
-    step = 1 if (span.end - span.start) * fs <= 30 else 5
-    t = float(np.ceil((span.start - span.recording_start) * fs / step) * step) + 0.0  # + 0.0: no "-0 s"
-    while span.recording_start + t / fs <= span.end + 1e-6:
-        x = span.x(span.recording_start + t / fs)
-        out.append(f'<path d="M{x:.1f} {top}V{bottom}" stroke="currentColor" stroke-opacity=".25"/>'
-                   f'<text x="{x + 2:.1f}" y="{AXIS_H - 10}" fill="currentColor" opacity=".7">{t:g} s</text>')
-        t += step
-    out.append(f'<text x="4" y="{AXIS_H - 10}" fill="currentColor" opacity=".7">time</text>')
-
-    # waveforms
-    for key, label, color, audio, rate, first in (
-        ("user", "You", USER_COLOR, user_audio, user_rate, span.recording_start),
-        ("assistant", "Assistant", ASSISTANT_COLOR, r.audio, r.sample_rate, r.first_frame),
-    ):
-        mid = rows_y[key] + WAVE_H / 2
-        env = envelope(np.asarray(audio, np.float32), rate, fs, bins)
-        out.append(f'<text x="4" y="{mid + 4:.0f}" fill="{color}" font-weight="600">{label}</text>'
-                   f'<path d="{wave_path(env, span.x(first) + bin_w / 2, bin_w, mid, WAVE_H / 2 - 3)}" '
-                   f'stroke="{color}" stroke-width="{max(bin_w * 0.75, 1):.2f}"/>')
-
-    # turn markers of the assistant's text channel
-    for frames, name, dash in ((answer.turn_starts, "turn starts", ""), (answer.turn_ends, "turn ends", "3 3")):
-        for p in frames:
-            x = span.x(p)
-            out.append(f'<path d="M{x:.1f} {rows_y["assistant"]}V{func_y - 4}" stroke="{TURN_COLOR}" '
-                       f'stroke-width="1.5" stroke-dasharray="{dash}"><title>{name} at '
-                       f'{(p - span.recording_start) * fs:.2f} s (frame {p})</title></path>')
-
-    # assistant words and function-channel tokens
-    for pieces, y0, lanes, color, label in ((answer.text_pieces, words_y, WORD_LANES, "currentColor", "Words"),
-                                            (answer.function_pieces, func_y, FUNCTION_LANES, FUNCTION_COLOR,
-                                             "Function")):
-        out.append(f'<text x="4" y="{y0 + 12}" fill="{color}" font-weight="600">{label}</text>')
-        if not pieces:
-            out.append(f'<text x="{LABEL_W}" y="{y0 + 12}" fill="currentColor" opacity=".45">(none)</text>')
-        for p, lane in zip(pieces, pack_lanes(pieces, span.x, lanes)):
-            seconds = (p.frame - span.recording_start) * fs
-            out.append(f'<text x="{span.x(p.frame):.1f}" y="{y0 + 12 + lane * LANE_H}" fill="{color}">'
-                       f'{html.escape(piece_label(p))}<title>{seconds:.2f} s · frame {p.frame} · id {p.token_id} '
-                       f'{html.escape(p.token)}</title></text>')
-    out.append("</svg>")
-    legend = (f'<div style="font-size:.85em;opacity:.75;margin-top:4px">One column = one 80 ms frame. '
-              f'<span style="color:{USER_COLOR}">■</span> your recording, '
-              f'<span style="color:{ASSISTANT_COLOR}">■</span> the answer, '
-              f'<span style="color:{TURN_COLOR}">│</span> assistant turn start / end (dashed), '
-              f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. Hover a word for its time and id.'
-              f'</div>')
-    return f'<div class="vc-timeline">{"".join(out)}</div>{legend}'
-
-
-def _region(x0: float, x1: float, y0: float, y1: float, label: str) -> str:
-    return (f'<rect x="{x0:.1f}" y="{y0}" width="{max(x1 - x0, 0):.1f}" height="{y1 - y0}" fill="currentColor" '
-            f'fill-opacity=".05"/><text x="{x0 + 4:.1f}" y="{y1 - 4}" fill="currentColor" opacity=".45">'
-            f'{label}</text>')
-
-
-EMPTY_TIMELINE = ('<div class="vc-timeline" style="opacity:.6;padding:12px">The timeline appears here when an answer '
-                  'is ready: your recording and the answer on one 80 ms axis, with every word where it was '
-                  'spoken.</div>')
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -362,69 +208,12 @@ def timings_markdown(answer: eng.Answer, load_seconds: Optional[float]) -> str:
     rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / total:.0f}% |" for stage, seconds in stages.items()]
     lines = ["| Stage | Seconds | Share |", "|---|---:|---:|", *rows,
              f"| **total (wall)** | **{answer.wall_seconds:.2f}** | |", "",
-             f"{len(r.text_tokens)} timeline frames of {1000 * r.frame_seconds:.0f} ms "
-             f"({len(r.text_tokens) * r.frame_seconds:.2f} s): "
-             + rtf_text(len(r.text_tokens) / max(answer.wall_seconds, 1e-9), r.frame_seconds) + "."]
+             f"{answer.timeline_frames} timeline frames of {1000 * r.frame_seconds:.0f} ms "
+             f"({answer.timeline_frames * r.frame_seconds:.2f} s, the system prompt's {r.prompt_frames} included): "
+             + rtf_text(answer.realtime_factor) + ".", "", RTF_MEANING]
     if load_seconds and load_seconds >= 0.1:
         lines.append(f"Model load (once per start): {load_seconds:.1f} s.")
     return "\n".join(lines)
-
-
-def save_outputs(answer: eng.Answer, run_dir: Path, request: dict) -> tuple[Path, Path]:
-    """answer.wav (16-bit PCM at the model's rate) and conversation.json (texts, per-frame ids, settings)."""
-    r = answer.result
-    run_dir.mkdir(parents=True, exist_ok=True)
-    wav = write_wav(run_dir / "answer.wav", r.audio, r.sample_rate)
-    record = {
-        **request,
-        "user_transcript": r.user_transcript,
-        "assistant_text": r.text,
-        "function_text": r.function_text,
-        "frame_seconds": r.frame_seconds,
-        "first_frame": r.first_frame,
-        "prompt_frames": r.prompt_frames,
-        "input_frames": r.input_frames,
-        "text_tokens": np.asarray(r.text_tokens).tolist(),
-        "function_tokens": np.asarray(r.function_tokens).tolist(),
-        "audio_codes": np.asarray(r.audio_codes).tolist(),
-        "text_pieces": [[p.frame, p.token_id, p.text] for p in answer.text_pieces],  # [frame, id, text]
-        "function_pieces": [[p.frame, p.token_id, p.text] for p in answer.function_pieces],
-        "answer_seconds": round(r.seconds, 3),
-        "answer_sample_rate": r.sample_rate,
-        "timings_s": r.timings,
-        "wall_seconds": round(answer.wall_seconds, 3),
-        "settings": r.settings,
-    }
-    js = run_dir / "conversation.json"
-    js.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    return wav, js
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the app
-# ---------------------------------------------------------------------------------------------------------------
-# (temperature, top-p, repetition penalty) of the text channel: NeMo's greedy search, NVIDIA's wrapper
-GREEDY_TEXT = (0.0, 1.0, 1.0)
-NVIDIA_TEXT = tuple(NVIDIA_SAMPLING[k] for k in ("text_temperature", "text_top_p", "text_repetition_penalty"))
-# SPEC §7 point 13: the checkpoint's own EAR-TTS sampling (used unless the user overrides it)
-CHECKPOINT_TTS = dict(tts_guidance_scale=0.2, tts_top_p=0.95, tts_noise_scale=0.001)
-
-
-def generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty, tts_override,
-                      tts_guidance, tts_top_p, tts_noise, turn_markers, reference) -> GenerationConfig:
-    """The Advanced controls as a GenerationConfig. extra_seconds 0 = automatic (until the answer ends); the voice
-    sampling values apply only with tts_override (None = the checkpoint's)."""
-    voice = (dict(tts_guidance_scale=float(tts_guidance), tts_top_p=float(tts_top_p), tts_noise_scale=float(tts_noise))
-             if tts_override else {})
-    return GenerationConfig(
-        reference=bool(reference), extra_seconds=float(extra_seconds) or None,
-        max_extra_seconds=float(max_extra_seconds), text_temperature=float(temperature), text_top_p=float(top_p),
-        text_repetition_penalty=float(repetition_penalty), turn_markers=bool(turn_markers), **voice)
-
-
-def load_examples() -> list[dict]:
-    listing = ASSETS / "examples.json"
-    return [e for e in json.loads(listing.read_text()) if (ASSETS / e["file"]).is_file()] if listing.is_file() else []
 
 
 @dataclass(frozen=True)
@@ -439,8 +228,53 @@ class Question:
     input_name: str
 
 
-class App:
-    """The Gradio handlers around one engine."""
+def save_outputs(answer: eng.Answer, run_dir: Path, ask: Question, model: str, demo_model: bool) -> tuple[Path, Path]:
+    """answer.wav (16-bit PCM at the model's rate) and conversation.json (the CLI's record, voicechat.result)."""
+    r = answer.result
+    run_dir.mkdir(parents=True, exist_ok=True)
+    wav = write_wav(run_dir / "answer.wav", r.audio, r.sample_rate)
+    record = conversation_json(answer, source="app", model=model, demo_model=demo_model, input_file=ask.input_name,
+                               input_sample_rate=ask.rate, input_seconds=len(ask.samples) / ask.rate,
+                               system_prompt=ask.system_prompt, seed=ask.seed, generation_config=ask.config,
+                               answer_file=wav.name)
+    js = run_dir / "conversation.json"
+    js.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return wav, js
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the record-and-run tab
+# ---------------------------------------------------------------------------------------------------------------
+# (temperature, top-p, repetition penalty) of the text channel: NeMo's greedy search, NVIDIA's wrapper
+GREEDY_TEXT = (0.0, 1.0, 1.0)
+NVIDIA_TEXT = tuple(NVIDIA_SAMPLING[k] for k in ("text_temperature", "text_top_p", "text_repetition_penalty"))
+
+
+def generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty, tts_override,
+                      tts_guidance, tts_top_p, tts_noise, turn_markers, reference) -> GenerationConfig:
+    """The Advanced controls as a GenerationConfig. extra_seconds 0 = automatic (until the answer ends); the voice
+    sampling values apply only with tts_override (None = the checkpoint's)."""
+    voice = (dict(tts_guidance_scale=float(tts_guidance), tts_top_p=float(tts_top_p), tts_noise_scale=float(tts_noise))
+             if tts_override else {})
+    return GenerationConfig(
+        reference=bool(reference), extra_seconds=float(extra_seconds) or None,
+        max_extra_seconds=float(max_extra_seconds), text_temperature=float(temperature), text_top_p=float(top_p),
+        text_repetition_penalty=float(repetition_penalty), turn_markers=bool(turn_markers), **voice)
+
+
+def bounded(config: GenerationConfig) -> bool:
+    """Automatic mode: the run's length is a bound (it stops once the answer has ended)."""
+    return not config.reference and config.extra_seconds is None
+
+
+def load_examples() -> list[dict]:
+    listing = ASSETS / "examples.json"
+    return [e for e in json.loads(listing.read_text()) if (ASSETS / e["file"]).is_file()] if listing.is_file() else []
+
+
+class RecordAndRun:
+    """The record-and-run tab: a recording in, the whole answer out. ``build()`` inside a ``gr.Tab``; the handlers
+    submit jobs to the engine and render its events."""
 
     OUTPUTS = ("status", "answer_audio", "transcript", "assistant", "function", "timeline", "timings", "downloads")
 
@@ -449,15 +283,139 @@ class App:
         self.outputs = outputs
         self.demo_mode = demo_mode
 
+    # ---- the widgets -------------------------------------------------------------------------------------------
+    def build(self) -> None:
+        facts = self.engine.status().facts
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=5):
+                audio_in = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Your question",
+                                    elem_id="vc-input")
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", scale=3, interactive=False, elem_id="vc-run",
+                                        elem_classes="vc-run")
+                    cancel_btn = gr.Button("Cancel", variant="stop", scale=1, interactive=False, elem_id="vc-cancel")
+                preset = gr.Dropdown(list(PROMPT_PRESETS), value="NVIDIA default", label="Assistant persona",
+                                     info="Fills in the system prompt; edit it freely.")
+                prompt = gr.Textbox(NVIDIA_PROMPT, lines=3, max_lines=8, label="System prompt",
+                                    info="Read by the model before your recording (one timeline frame per token).")
+                dice = gr.Button("New seed", size="sm", render=False)
+                seed = gr.Number(0, precision=0, label="Seed", minimum=0, buttons=[dice],
+                                 info="Same input + same seed = same answer. Another seed: another take of the voice.")
+                with gr.Accordion("Advanced", open=False):
+                    extra = gr.Slider(0, 60, value=0, step=0.5, label="Extra seconds after your recording",
+                                      info="Silence the model answers in. 0 = automatic: until the answer ends.")
+                    max_extra = gr.Slider(1, 60, value=10, step=1, label="Most extra seconds (automatic mode)")
+                    gr.Markdown("**Text sampling** (the words). Temperature 0 is greedy, like NeMo.")
+                    with gr.Row():
+                        greedy_btn = gr.Button("Greedy (NeMo)", size="sm")
+                        nvidia_btn = gr.Button("NVIDIA's sampling (0.3 / 0.5 / 1.1)", size="sm")
+                    temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    repetition = gr.Slider(1.0, 2.0, value=1.0, step=0.05, label="Repetition penalty")
+                    tts_override = gr.Checkbox(False, label="Override the voice sampling (EAR-TTS)",
+                                               info="Off: the checkpoint's own values (shown once it is loaded).")
+                    voice = self.voice_values(facts)
+                    with gr.Row():
+                        tts_guidance = gr.Slider(0, 2, value=voice[0], step=0.05, label="Guidance scale",
+                                                 interactive=False, elem_id="vc-tts-guidance")
+                        tts_top_p = gr.Slider(0.05, 1, value=voice[1], step=0.01, label="Top-p", interactive=False,
+                                              elem_id="vc-tts-top-p")
+                        tts_noise = gr.Slider(0, 1, value=voice[2], step=0.001, label="Noise scale",
+                                              interactive=False, elem_id="vc-tts-noise")
+                    turn_markers = gr.Checkbox(False, label="Show turn markers (<|t|> / <$t$>) in the assistant text")
+                    reference = gr.Checkbox(False, label="Reference mode: NVIDIA's offline semantics (fixed "
+                                                         "length, system-prompt frames kept in the audio)")
+                examples = load_examples()
+                if examples:
+                    gr.Examples([[str(ASSETS / e["file"])] for e in examples], inputs=[audio_in],
+                                label="Example questions (a synthetic voice, espeak-ng)",
+                                example_labels=[f'“{e["text"]}”  ({e["sample_rate"] / 1000:g} kHz, '
+                                                f'{"stereo" if e["channels"] > 1 else "mono"})' for e in examples])
+            with gr.Column(scale=6):
+                status = gr.HTML(engine_status_card(self.engine.status()), label="Status", elem_id="vc-status")
+                answer_audio = gr.Audio(label="Answer", type="filepath", interactive=False, autoplay=True,
+                                        elem_id="vc-answer")
+                assistant = gr.Textbox(label="Assistant text", lines=3, max_lines=10, interactive=False,
+                                       buttons=["copy"], elem_id="vc-assistant")
+                transcript = gr.Textbox(label="Your words (transcript)", lines=2, max_lines=6, interactive=False,
+                                        buttons=["copy"], elem_id="vc-transcript")
+                function = gr.Textbox(label="Function channel", lines=1, max_lines=6, interactive=False,
+                                      buttons=["copy"], placeholder="(tool-call tokens appear here)",
+                                      elem_id="vc-function")
+        with gr.Accordion("Timeline", open=True):
+            timeline_view = gr.HTML(timeline.EMPTY, label="Timeline", elem_id="vc-timeline",
+                                    js_on_load=timeline.SCRIPT)
+        with gr.Row():
+            with gr.Column():
+                with gr.Accordion("Timings", open=False):
+                    timings = gr.Markdown("No timings yet.", label="Timings")
+            with gr.Column():
+                downloads = gr.File(label="Downloads (answer WAV, conversation JSON)", file_count="multiple",
+                                    interactive=False, elem_id="vc-downloads")
+
+        outputs_list = [status, answer_audio, transcript, assistant, function, timeline_view, timings, downloads]
+        inputs_list = [audio_in, prompt, seed, extra, max_extra, temperature, top_p, repetition, tts_override,
+                       tts_guidance, tts_top_p, tts_noise, turn_markers, reference]
+        # every Run reaches the engine at once (concurrency_limit=None): the engine's queue is the only queue
+        (run_btn.click(self.buttons_busy, None, [run_btn, cancel_btn], api_visibility="private", queue=False)
+         .then(self.run, inputs_list, outputs_list, api_name="run", show_progress="hidden", concurrency_limit=None)
+         .then(self.buttons_idle, None, [run_btn, cancel_btn], api_visibility="private", queue=False))
+        cancel_btn.click(self.cancel, None, status, api_name="cancel", queue=False)
+        # checked when it arrives (upload, recording, example), not when Run is pressed
+        audio_in.change(self.check_input, audio_in, [audio_in, status], api_name="check", queue=False,
+                        show_progress="hidden")
+        preset.change(lambda name: PROMPT_PRESETS[name], preset, prompt, api_visibility="private", queue=False)
+        dice.click(lambda: secrets.randbelow(2**31), None, seed, api_visibility="private", queue=False)
+        for button, values in ((greedy_btn, GREEDY_TEXT), (nvidia_btn, NVIDIA_TEXT)):
+            button.click(constant(values), None, [temperature, top_p, repetition], api_visibility="private",
+                         queue=False)
+        tts_override.change(lambda on: [gr.Slider(interactive=on)] * 3, tts_override,
+                            [tts_guidance, tts_top_p, tts_noise], api_visibility="private", queue=False)
+        self.model_outputs = [status, run_btn, tts_guidance, tts_top_p, tts_noise]
+
+    @staticmethod
+    def voice_values(facts: Optional[eng.ModelFacts]) -> tuple:
+        """The voice sliders' starting values: the checkpoint's EAR-TTS sampling (None until a model is loaded)."""
+        if facts is None:
+            return None, None, None
+        return facts.tts_guidance_scale, facts.tts_top_p, facts.tts_noise_scale
+
+    def on_model(self, status: eng.EngineStatus) -> tuple:
+        """``model_outputs`` for the engine's state: the status card, Run (only with a model), the voice sliders."""
+        ready = status.state == eng.READY
+        voice = [gr.Slider(value=v) for v in self.voice_values(status.facts)] if ready else [gr.skip()] * 3
+        return (engine_status_card(status), gr.Button(interactive=ready), *voice)
+
+    # ---- the handlers ------------------------------------------------------------------------------------------
     def _frame(self, **values) -> tuple:
         """One yield: the named outputs changed, the others left as they are."""
         return tuple(values.get(k, gr.skip()) for k in self.OUTPUTS)
+
+    def check_input(self, audio_path) -> tuple:
+        """A new recording: refused at once (cleared, with one line saying why) when it cannot be used; a long one
+        gets a warning with the expected wait at the measured speed (else the one expected on this machine)."""
+        if not audio_path:
+            return gr.skip(), gr.skip()
+        status = self.engine.status()
+        rtf = status.expected_realtime_factor
+        try:
+            check = check_upload(audio_path, realtime_factor=rtf)
+        except AudioInputError as e:
+            return None, status_html("error", "This recording cannot be used", str(e))
+        if status.state in (eng.FAILED, eng.CLOSED):
+            return gr.skip(), gr.skip()  # the card keeps saying that the model is not there, and what to do
+        ready = "Press Run (Ctrl+Enter)." if status.state == eng.READY else "Run works once the model is loaded."
+        if not check.warning:
+            return gr.skip(), status_html("idle", "Recording ready", f"{check.message} {ready}")
+        assumed = ("" if status.realtime_factor is not None or rtf is None else
+                   f" (RTF {rtf:g} is what this machine is expected to do; the first run measures it.)")
+        return gr.skip(), status_html("warn", "A long recording", f"{check.message}{assumed} {ready}")
 
     def run(self, audio_path, system_prompt, seed, extra_seconds, max_extra_seconds, temperature, top_p,
             repetition_penalty, tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference,
             request: gr.Request = None) -> Iterator[tuple]:
         """Submit one conversation to the engine and stream its progress; the last yield has every output."""
-        cleared = dict(answer_audio=None, transcript="", assistant="", function="", timeline=EMPTY_TIMELINE,
+        cleared = dict(answer_audio=None, transcript="", assistant="", function="", timeline=timeline.EMPTY,
                        timings="No timings yet.", downloads=None)
         if not audio_path:
             yield self._frame(status=status_html("error", "No recording yet",
@@ -465,6 +423,7 @@ class App:
             return
         try:
             samples, rate = read_audio(audio_path)
+            check_recording(samples, rate)
             config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
                                        tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
             ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name)
@@ -485,27 +444,27 @@ class App:
 
     def _follow(self, job: eng.Job, ask: Question) -> Iterator[tuple]:
         """Render the job's events until it ends; progress at most 5 times a second."""
-        position, running, last_shown, unshown = 0, False, 0.0, None
+        position, last_shown, unshown = 0, 0.0, None
+        running, frames = False, None  # once it runs: (the prompt's positions, seconds per position)
         while True:
             event = job.next_event(timeout=0.25)
             if event is None:  # nothing new; yield anyway: Gradio can only close (cancel) a generator at a yield
                 if unshown is not None:
-                    yield self._progress_frame(unshown)
+                    yield self._progress_frame(unshown, frames, ask)
                     unshown = None
                 else:
-                    yield self._frame() if running else self._frame(
-                        status=waiting_status(position, self.engine.status()))
+                    yield self._frame() if running else self._waiting_frame(job, position)
             elif event.kind == eng.QUEUED:
                 position = event.position
-                yield self._frame(status=waiting_status(position, self.engine.status()))
+                yield self._waiting_frame(job, position)
             elif event.kind == eng.STARTED:
-                running = True
+                running, frames = True, (event.prompt_frames, self.engine.status().facts.frame_seconds)
                 yield self._frame(status=status_html("run", "Starting…", "", 0.0))
             elif event.kind == eng.PROGRESS:
                 unshown = event
                 if time.monotonic() - last_shown >= 0.2:
                     last_shown = time.monotonic()
-                    yield self._progress_frame(event)
+                    yield self._progress_frame(event, frames, ask)
                     unshown = None
             elif event.kind == eng.DONE:
                 yield self._finished(event.answer, ask, job.id)
@@ -514,24 +473,25 @@ class App:
                 yield self._frame(status=status_html("cancelled", "Cancelled", event.message))
                 return
             else:
-                yield self._frame(status=status_html("error", "Something went wrong", event.message))
+                failed = self.engine.status().state == eng.FAILED
+                yield self._frame(status=not_loaded_status(self.engine.status()) if failed else
+                                  status_html("error", "Something went wrong", event.message))
                 return
 
-    def _progress_frame(self, event: eng.Event) -> tuple:
-        return self._frame(status=progress_status(event), assistant=event.update.text,
-                           function=event.update.function_text)
+    def _waiting_frame(self, job: eng.Job, position: int) -> tuple:
+        return self._frame(status=waiting_status(position, self.engine.wait_seconds(job), self.engine.status()))
+
+    def _progress_frame(self, event: eng.Event, frames: tuple[int, float], ask: Question) -> tuple:
+        status = progress_status(event, frames[0], bounded(ask.config), frames[1])
+        return self._frame(status=status, assistant=event.update.text, function=event.update.function_text)
 
     def _finished(self, answer: eng.Answer, ask: Question, job_id: int) -> tuple:
         r = answer.result
-        request = {"app": "voicechat", "model": self.engine.name, "demo_model": self.demo_mode,
-                   "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "input_file": ask.input_name,
-                   "input_sample_rate": ask.rate, "input_seconds": round(len(ask.samples) / ask.rate, 3),
-                   "system_prompt": ask.system_prompt, "seed": ask.seed, "generation_config": asdict(ask.config)}
         run_dir = self.outputs / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{job_id}-{secrets.token_hex(3)}"
-        wav, js = save_outputs(answer, run_dir, request)
+        wav, js = save_outputs(answer, run_dir, ask, self.engine.name, self.demo_mode)
         return self._frame(status=done_status(answer), answer_audio=str(wav), transcript=r.user_transcript,
                            assistant=r.text, function=r.function_text,
-                           timeline=timeline_html(answer, ask.samples, ask.rate),
+                           timeline=timeline.timeline_html(answer, ask.samples, ask.rate),
                            timings=timings_markdown(answer, self.engine.status().load_seconds),
                            downloads=[str(wav), str(js)])
 
@@ -539,13 +499,15 @@ class App:
         """Stop this browser session's job (a running one stops after its current frame)."""
         owner = getattr(request, "session_hash", None)
         if owner is not None and self.engine.cancel_owner(owner):
-            return status_html("cancelled", "Cancelling…", "A running answer stops after its current 80 ms frame.")
+            return status_html("cancelled", "Cancelling…", "A running answer stops after its current frame.")
         return gr.skip()
 
-    def model_status(self) -> tuple[str, gr.Timer]:
-        status = self.engine.status()
-        settled = status.state in (eng.READY, eng.FAILED, eng.CLOSED)
-        return model_status_html(status, self.engine.name), gr.Timer(active=not settled)
+    def buttons_busy(self) -> tuple[gr.Button, gr.Button]:
+        """(Run, Cancel) while a conversation runs."""
+        return gr.Button(interactive=False), gr.Button(interactive=True)
+
+    def buttons_idle(self) -> tuple[gr.Button, gr.Button]:
+        return gr.Button(interactive=self.engine.status().state == eng.READY), gr.Button(interactive=False)
 
 
 def constant(values: tuple):
@@ -553,13 +515,39 @@ def constant(values: tuple):
     return lambda: values
 
 
-def buttons_busy() -> tuple[gr.Button, gr.Button]:
-    """(Run, Cancel) while a conversation runs."""
-    return gr.Button(interactive=False), gr.Button(interactive=True)
+# ---------------------------------------------------------------------------------------------------------------
+# the page
+# ---------------------------------------------------------------------------------------------------------------
+class Page:
+    """What every tab shares: the model line at the top, and the engine's state pushed to each tab (on page load,
+    then every second until the model is loaded or has failed)."""
 
+    def __init__(self, engine: eng.Engine, tabs: Sequence):
+        self.engine, self.tabs = engine, tabs
 
-def buttons_idle() -> tuple[gr.Button, gr.Button]:
-    return gr.Button(interactive=True), gr.Button(interactive=False)
+    def on_load(self) -> tuple:
+        status = self.engine.status()
+        return (self._model_line(status), gr.Timer(active=not self._settled(status)),
+                *(update for tab in self.tabs for update in tab.on_model(status)))
+
+    def on_tick(self) -> tuple:
+        """Like on_load, but the tabs hear only of the change to loaded (or failed): a tick leaves their status
+        cards alone while the model loads."""
+        status = self.engine.status()
+        if self._settled(status):
+            return self.on_load()
+        skips = [gr.skip() for tab in self.tabs for _ in tab.model_outputs]
+        return (self._model_line(status), gr.Timer(active=True), *skips)
+
+    def outputs(self, model_line, timer) -> list:
+        return [model_line, timer, *(c for tab in self.tabs for c in tab.model_outputs)]
+
+    def _model_line(self, status: eng.EngineStatus) -> str:
+        return model_status_html(status, self.engine.name)
+
+    @staticmethod
+    def _settled(status: eng.EngineStatus) -> bool:
+        return status.state in (eng.READY, eng.FAILED, eng.CLOSED)
 
 
 def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode: bool = False) -> gr.Blocks:
@@ -569,7 +557,8 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
     outputs.mkdir(parents=True, exist_ok=True)
     os.environ["GRADIO_TEMP_DIR"] = str(outputs / "gradio")
     os.environ["GRADIO_EXAMPLES_CACHE"] = str(outputs / "gradio" / "examples")
-    app = App(engine, outputs, demo_mode)
+    record = RecordAndRun(engine, outputs, demo_mode)
+    page = Page(engine, [record])
 
     with gr.Blocks(title="VoiceChat", analytics_enabled=False) as demo:
         gr.Markdown("# VoiceChat\nAsk a question out loud; NVIDIA's NemotronLabs-VoiceChat-11B answers in speech.")
@@ -579,93 +568,18 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
                     'random words and a buzzing voice. Start the app without <code>--demo</code> for the real '
                     'model.</div>')
         model_line = gr.HTML(model_status_html(engine.status(), engine.name))
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=5):
-                audio_in = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Your question",
-                                    elem_id="vc-input")
-                with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary", scale=3, elem_id="vc-run")
-                    cancel_btn = gr.Button("Cancel", variant="stop", scale=1, interactive=False, elem_id="vc-cancel")
-                preset = gr.Dropdown(list(PROMPT_PRESETS), value="NVIDIA default", label="Assistant persona",
-                                     info="Fills in the system prompt; edit it freely.")
-                prompt = gr.Textbox(NVIDIA_PROMPT, lines=3, max_lines=8, label="System prompt",
-                                    info="Read by the model before your recording (one 80 ms step per token).")
-                dice = gr.Button("New seed", size="sm", render=False)
-                seed = gr.Number(0, precision=0, label="Seed", minimum=0, buttons=[dice],
-                                 info="Same input + same seed = same answer. Another seed: another take of the voice.")
-                with gr.Accordion("Advanced", open=False):
-                    extra = gr.Slider(0, 60, value=0, step=0.5, label="Extra seconds after your recording",
-                                      info="Silence the model answers in. 0 = automatic: until the answer ends.")
-                    max_extra = gr.Slider(1, 60, value=10, step=1, label="Most extra seconds (automatic mode)")
-                    gr.Markdown("**Text sampling** (the words). Temperature 0 is greedy, like NeMo.")
-                    with gr.Row():
-                        greedy_btn = gr.Button("Greedy (NeMo)", size="sm")
-                        nvidia_btn = gr.Button("NVIDIA's sampling (0.3 / 0.5 / 1.1)", size="sm")
-                    temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature")
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                    repetition = gr.Slider(1.0, 2.0, value=1.0, step=0.05, label="Repetition penalty")
-                    tts_override = gr.Checkbox(False, label="Override the voice sampling (EAR-TTS)",
-                                               info="Off: the checkpoint's own values.")
-                    with gr.Row():
-                        tts_guidance = gr.Slider(0, 2, value=CHECKPOINT_TTS["tts_guidance_scale"], step=0.05,
-                                                 label="Guidance scale", interactive=False)
-                        tts_top_p = gr.Slider(0.05, 1, value=CHECKPOINT_TTS["tts_top_p"], step=0.01,
-                                              label="Top-p", interactive=False)
-                        tts_noise = gr.Slider(0, 1, value=CHECKPOINT_TTS["tts_noise_scale"], step=0.001,
-                                              label="Noise scale", interactive=False)
-                    turn_markers = gr.Checkbox(False, label="Show turn markers (<|t|> / <$t$>) in the assistant text")
-                    reference = gr.Checkbox(False, label="Reference mode: NVIDIA's offline semantics (fixed "
-                                                         "length, system-prompt frames kept in the audio)")
-                examples = load_examples()
-                if examples:
-                    gr.Examples([[str(ASSETS / e["file"])] for e in examples], inputs=[audio_in],
-                                label="Example questions (a synthetic voice, espeak-ng)",
-                                example_labels=[f'“{e["text"]}”  ({e["sample_rate"] / 1000:g} kHz, '
-                                                f'{"stereo" if e["channels"] > 1 else "mono"})' for e in examples])
-            with gr.Column(scale=6):
-                status = gr.HTML(idle_status(), label="Status", elem_id="vc-status")
-                answer_audio = gr.Audio(label="Answer", type="filepath", interactive=False, autoplay=True,
-                                        elem_id="vc-answer")
-                assistant = gr.Textbox(label="Assistant text", lines=3, max_lines=10, interactive=False,
-                                       buttons=["copy"], elem_id="vc-assistant")
-                transcript = gr.Textbox(label="Your words (transcript)", lines=2, max_lines=6, interactive=False,
-                                        buttons=["copy"], elem_id="vc-transcript")
-                function = gr.Textbox(label="Function channel", lines=1, max_lines=6, interactive=False,
-                                      buttons=["copy"], placeholder="(tool-call tokens appear here)",
-                                      elem_id="vc-function")
-        with gr.Accordion("Timeline", open=True):
-            timeline = gr.HTML(EMPTY_TIMELINE, label="Timeline", elem_id="vc-timeline")
-        with gr.Row():
-            with gr.Column():
-                with gr.Accordion("Timings", open=False):
-                    timings = gr.Markdown("No timings yet.", label="Timings")
-            with gr.Column():
-                downloads = gr.File(label="Downloads (answer WAV, conversation JSON)", file_count="multiple",
-                                    interactive=False, elem_id="vc-downloads")
+        with gr.Tabs():
+            with gr.Tab("Record and run", id="record"):
+                record.build()
         with gr.Accordion("How to use", open=False):
             gr.Markdown(HOW_TO)
         with gr.Accordion("What this model can and cannot do", open=False):
             gr.Markdown(LIMITS)
-
-        outputs_list = [status, answer_audio, transcript, assistant, function, timeline, timings, downloads]
-        inputs_list = [audio_in, prompt, seed, extra, max_extra, temperature, top_p, repetition, tts_override,
-                       tts_guidance, tts_top_p, tts_noise, turn_markers, reference]
-        (run_btn.click(buttons_busy, None, [run_btn, cancel_btn], api_visibility="private", queue=False)
-         .then(app.run, inputs_list, outputs_list, api_name="run", show_progress="hidden",
-               concurrency_limit=MAX_WAITING + 1)
-         .then(buttons_idle, None, [run_btn, cancel_btn], api_visibility="private", queue=False))
-        cancel_btn.click(app.cancel, None, status, api_name="cancel", queue=False)
-        preset.change(lambda name: PROMPT_PRESETS[name], preset, prompt, api_visibility="private", queue=False)
-        dice.click(lambda: secrets.randbelow(2**31), None, seed, api_visibility="private", queue=False)
-        for button, values in ((greedy_btn, GREEDY_TEXT), (nvidia_btn, NVIDIA_TEXT)):
-            button.click(constant(values), None, [temperature, top_p, repetition], api_visibility="private",
-                         queue=False)
-        tts_override.change(lambda on: [gr.Slider(interactive=on)] * 3, tts_override,
-                            [tts_guidance, tts_top_p, tts_noise], api_visibility="private", queue=False)
         timer = gr.Timer(1.0)
-        timer.tick(app.model_status, None, [model_line, timer], api_visibility="private", queue=False)
-        demo.load(app.model_status, None, [model_line, timer], api_visibility="private", queue=False)
-    demo.queue(max_size=2 * MAX_WAITING, default_concurrency_limit=4)
+        for event, handler in ((timer.tick, page.on_tick), (demo.load, page.on_load)):
+            event(handler, None, page.outputs(model_line, timer), api_visibility="private", queue=False,
+                  show_progress="hidden")
+    demo.queue()
     return demo
 
 
@@ -676,7 +590,36 @@ def serve_paths(outputs: Path) -> list[str]:
 
 def launch(demo: gr.Blocks, outputs: Path, **kwargs):
     return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
-                       theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"), **kwargs)
+                       js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------------------------------------------
+def fix_commands(spec: str) -> str:
+    """For a Hub repo id: the commands that fetch it into a folder and start the app on that folder."""
+    if Path(spec).expanduser().exists() or spec.count("/") != 1:
+        return ""
+    folder = f"~/models/{spec.split('/')[1]}"
+    return f"For this app: `hf download {spec} --local-dir {folder}`, then `python app.py --model {folder}`."
+
+
+def model_loader(spec: str, offline: bool) -> eng.ModelLoader:
+    """The engine's loader for --model. A model it cannot load is reported in the terminal as well as on the page
+    (the engine keeps the message); one it cannot get comes with the commands that fix it."""
+    load = eng.hub_model(spec, offline=offline)
+
+    def load_or_explain(progress_bar: type):
+        try:
+            return load(progress_bar)
+        except ModelUnavailable as e:
+            error = ModelUnavailable(f"{e} {fix_commands(spec)}".strip())
+        except VoiceChatError as e:
+            error = e
+        print(f"The model is not loaded: {error}", file=sys.stderr, flush=True)
+        raise error
+
+    return load_or_explain
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -703,7 +646,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         name = "tiny random-weight demo model"
         print("Demo mode: a tiny model with random weights. Its answers are noise; it shows how the app works.")
     else:
-        loader = eng.hub_model(args.model, offline=args.offline)
+        loader = model_loader(args.model, offline=args.offline)
         name = args.model
         print(f"Model: {name} (downloaded on first use into the Hugging Face cache; progress is shown below "
               "and in the app).")

@@ -30,15 +30,16 @@ import app  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from test_engine import ScriptedModel, loader_for  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
-from voicechat.result import Result  # noqa: E402
+from voicechat.config import GenerationConfig  # noqa: E402
+from voicechat.result import CONVERSATION_FIELDS, Result  # noqa: E402
 
 EXAMPLE = app.ASSETS / "capital_16k_mono.wav"
 EXAMPLE_FRAMES = math.ceil(sf.info(str(EXAMPLE)).duration / 0.08)  # 80 ms frames of the recording (47)
 STEREO_EXAMPLE = app.ASSETS / "tea_44k_stereo.wav"
 ADVANCED_DEFAULTS = dict(extra_seconds=0, max_extra_seconds=10, temperature=0.0, top_p=1.0, repetition_penalty=1.0,
-                         tts_override=False, tts_guidance=0.2, tts_top_p=0.95, tts_noise=0.001, turn_markers=False,
+                         tts_override=False, tts_guidance=0.35, tts_top_p=0.9, tts_noise=0.004, turn_markers=False,
                          reference=False)
-OUT = {name: i for i, name in enumerate(app.App.OUTPUTS)}  # output name -> index in the handler's tuple
+OUT = {name: i for i, name in enumerate(app.RecordAndRun.OUTPUTS)}  # output name -> index in the handler's tuple
 
 
 def free_port() -> int:
@@ -52,79 +53,55 @@ def text_of(status_html: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# formatting, without a server
+# formatting, without a server (the timeline: tests/test_timeline.py)
 # ---------------------------------------------------------------------------------------------------------------
-def test_envelope_is_the_peak_of_each_bin():
-    x = np.array([0.1, -0.5, 0.2, 0.3, -0.9, 0.0, 0.4], np.float32)  # rate 25, 80 ms frame = 2 samples per bin
-    assert app.envelope(x, 25, 0.08, 1).tolist() == pytest.approx([0.5, 0.3, 0.9, 0.4])
-    assert app.envelope(np.zeros(0, np.float32), 16000, 0.08, 4).size == 0
-
-
-def test_envelope_of_a_fractional_hop_stays_on_the_frame_grid():
-    rate = 11025  # 882 samples per 80 ms frame, 220.5 per quarter frame
-    x = np.zeros(rate * 8, np.float32)
-    x[round(73 * 0.08 * rate)] = 1.0  # an impulse at frame 73
-    env = app.envelope(x, rate, 0.08, 4)
-    assert np.flatnonzero(env).tolist() == [73 * 4] and env.size == 8 / 0.08 * 4
-
-
-def scripted_answer(first_frame=5, prompt_frames=5, input_frames=10, frames=30) -> eng.Answer:
+def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4) -> eng.Answer:
     """A hand-made answer: two words at frames 20 and 23, a function token at 22, a turn from 19 to 25."""
     text = np.full(frames, 12)
     result = Result(text="Hi you", function_text="f", user_transcript="hello", audio=np.zeros(frames * 1764,
                     np.float32), sample_rate=22050, text_tokens=text, function_tokens=text, audio_codes=np.zeros(
-                    (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=input_frames,
+                    (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=10,
                     frame_seconds=0.08, timings={"frames": 1.5, "codec": 0.5, "total": 2.0})
     return eng.Answer(result, text_pieces=(eng.Piece(20, 101, "Hi", "Hi"), eng.Piece(23, 102, " you", "Ġyou")),
                       function_pieces=(eng.Piece(22, 7, "", "<tool & call>"),), turn_starts=(19,), turn_ends=(25,),
-                      wall_seconds=2.4)
-
-
-def svg_text_x(svg: str, label: str) -> float:
-    match = re.search(r'<text x="([\d.]+)"[^>]*>' + re.escape(label) + "<title>", svg)
-    assert match, f"no text element for {label!r}"
-    return float(match.group(1))
-
-
-def test_timeline_places_words_and_function_tokens_at_their_frames():
-    answer = scripted_answer()
-    svg = app.timeline_html(answer, np.zeros(16000, np.float32), 16000)
-    span = app.TimelineSpan(start=5, end=35, recording_start=5, frame_seconds=0.08)
-    assert svg_text_x(svg, "Hi") == pytest.approx(app.LABEL_W + 15 * span.px_per_frame, abs=0.06)
-    assert svg_text_x(svg, "you") == pytest.approx(app.LABEL_W + 18 * span.px_per_frame, abs=0.06)
-    assert svg_text_x(svg, "&lt;tool &amp; call&gt;") == pytest.approx(app.LABEL_W + 17 * span.px_per_frame,
-                                                                       abs=0.06)  # special token: its name, escaped
-    assert "1.20 s · frame 20 · id 101" in svg  # (20 - 5) * 80 ms after the recording starts
-    assert "turn starts at 1.12 s (frame 19)" in svg and "turn ends at 1.60 s (frame 25)" in svg
-    assert "silence after your recording" in svg and "system prompt" not in svg
-
-
-def test_timeline_shows_the_system_prompt_frames_in_reference_mode():
-    svg = app.timeline_html(scripted_answer(first_frame=0), np.zeros(1600, np.float32), 16000)
-    assert "system prompt" in svg
-    assert ">0 s<" in svg and ">-0 s<" not in svg  # seconds count from the start of the recording
+                      wall_seconds=wall_seconds)
 
 
 def test_timings_and_downloads(tmp_path):
-    answer = scripted_answer()
+    answer = scripted_answer(wall_seconds=2.8)  # 35 positions (5 of the prompt) = 2.8 s of timeline in 2.8 s
     table = app.timings_markdown(answer, load_seconds=12.0)
-    assert "| frames | 1.50 | 75% |" in table and "30 timeline frames of 80 ms (2.40 s): RTF 1.00" in table
-    wav, js = app.save_outputs(answer, tmp_path, {"seed": 4})
+    assert "| frames | 1.50 | 75% |" in table
+    assert "35 timeline frames of 80 ms (2.80 s, the system prompt's 5 included): RTF 1.00" in table
+    ask = app.Question(np.zeros(16000, np.float32), 16000, "Be brief.", 4, GenerationConfig(text_top_p=0.5),
+                       "question.m4a")
+    wav, js = app.save_outputs(answer, tmp_path, ask, "org/model", demo_model=True)
     info = sf.info(str(wav))
     assert (info.samplerate, info.subtype, info.frames) == (22050, "PCM_16", 30 * 1764)
-    record = json.loads(js.read_text())
-    assert record["seed"] == 4 and record["text_pieces"] == [[20, 101, "Hi"], [23, 102, " you"]]
+    record = json.loads(js.read_text(encoding="utf-8"))
+    assert list(record) == list(CONVERSATION_FIELDS)  # the CLI's schema, field for field
+    assert (record["schema"], record["source"], record["model"], record["demo_model"]) == (
+        "voicechat.conversation/1", "app", "org/model", True)
+    assert (record["input_file"], record["input_sample_rate"], record["input_seconds"]) == ("question.m4a", 16000, 1)
+    assert record["seed"] == 4 and record["generation_config"]["text_top_p"] == 0.5
+    assert record["text_pieces"] == [[20, 101, "Hi"], [23, 102, " you"]] and record["answer_file"] == "answer.wav"
     assert len(record["text_tokens"]) == 30 and record["user_transcript"] == "hello"
+    assert "\\u" not in js.read_text(encoding="utf-8")  # written as UTF-8, not escaped
 
 
 def test_progress_line_says_frames_speed_and_time_left():
-    update = eng.FrameUpdate("frames", elapsed_s=8.0, frames_per_second=2.5, text="Hi", function_text="")
-    line = text_of(app.progress_status(eng.Event(eng.PROGRESS, done=20, total=170, update=update)))
-    assert "frame 20 of 170" in line and "8.0 s" in line
-    assert "RTF 5.00 (slower than real time)" in line  # 2.5 frames/s of 80 ms = 0.2 s of audio per second
-    assert "about 60 s left" in line
-    assert [app.duration_text(s) for s in (0.4, 30, 600, 9000)] == [
-        "less than a second", "about 30 s", "about 10 min", "about 2.5 h"]
+    update = eng.FrameUpdate("frames", elapsed_s=7.9, frames_per_second=2.5, text="Hi", function_text="")
+    event = eng.Event(eng.PROGRESS, done=20, total=170, seconds=8.0, update=update)
+    line = text_of(app.progress_status(event, prompt_frames=12, bounded=False, frame_seconds=0.08))
+    assert "Listening and answering" in line and "frame 20 of 170" in line and "8.0 s" in line
+    assert "RTF 5.00 (slower than real time)" in line  # 8 s for 20 frames of 80 ms (1.6 s of timeline)
+    assert "about 1 min left" in line and "up to" not in line  # 150 frames at 0.4 s
+    line = text_of(app.progress_status(event, prompt_frames=12, bounded=True, frame_seconds=0.08))
+    assert "frame 20 of up to 170" in line and "up to about 1 min left" in line  # automatic mode: a bound
+    line = text_of(app.progress_status(event, prompt_frames=25, bounded=True, frame_seconds=0.08))
+    assert "Reading the system prompt" in line
+    # after the run: the same definition of RTF (wall seconds per second of timeline, the prompt's included)
+    done = text_of(app.done_status(scripted_answer(wall_seconds=14.0)))
+    assert "35 frames (2.8 s of timeline) in 14.0 s" in done and "RTF 5.00 (slower than real time)" in done
 
 
 def test_generation_config_from_the_controls():
@@ -178,6 +155,8 @@ def test_run_an_example(served):
     assert (info.samplerate, info.subtype, info.channels) == (22050, "PCM_16", 1)
     wav, js = out[OUT["downloads"]]
     record = json.loads(Path(js).read_text())
+    assert (record["schema"], record["source"], record["model"]) == ("voicechat.conversation/1", "app",
+                                                                     "scripted stand-in")
     assert record["assistant_text"] == model.answer and record["seed"] == 7
     assert record["input_sample_rate"] == 44100 and record["generation_config"]["text_temperature"] == 0.0
     assert "<svg" in out[OUT["timeline"]] and "| frames |" in out[OUT["timings"]]
@@ -191,7 +170,7 @@ def test_progress_streams_partial_text(served):
     job = call(Client(url, verbose=False), EXAMPLE)
     words = model.tokenizer.encode(model.answer)
     half = words[: len(words) // 2]
-    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half))):
+    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half), "Be brief.")):
         gate.release()
 
     def texts() -> list[str]:
@@ -200,7 +179,7 @@ def test_progress_streams_partial_text(served):
     wait_for(lambda: model.decoded(half) in texts(), "the partial text")  # shown while the model is held
     assert model.answer not in texts()
     statuses = [text_of(o[OUT["status"]]) for o in job.outputs() if isinstance(o[OUT["status"]], str)]
-    assert any(re.search(r"frame \d+ of \d+", s) and "RTF" in s for s in statuses)
+    assert any(re.search(r"frame \d+ of up to \d+", s) and "RTF" in s for s in statuses)
     model.gate = None
     for _ in range(1000):
         gate.release()
@@ -215,13 +194,109 @@ def test_second_user_waits_with_a_visible_position(served):
         "Starting" in text_of(o[OUT["status"]]) for o in first.outputs() if isinstance(o[OUT["status"]], str)),
         "the first job to start")
     second = call(Client(url, verbose=False), EXAMPLE)
-    wait_for(lambda: any("1 request ahead of you" in text_of(o[OUT["status"]])
-                         for o in second.outputs() if isinstance(o[OUT["status"]], str)), "the queue position")
+    wait_for(lambda: any("1 request ahead of you" in text_of(o[OUT["status"]]) and "Expected wait: up to about"
+                         in text_of(o[OUT["status"]]) for o in second.outputs() if isinstance(o[OUT["status"]], str)),
+             "the queue position and the expected wait")
     model.gate = None
     for _ in range(1000):
         gate.release()
     assert "Answer ready" in text_of(first.result(timeout=60)[OUT["status"]])
     assert "Answer ready" in text_of(second.result(timeout=60)[OUT["status"]])
+
+
+def test_one_frame_count_from_start_to_end(served):
+    """The progress counts every position, the system prompt's included, and the finished answer says the same
+    count (not the answer's positions alone)."""
+    url, model, *_ = served
+    gate = model.gate = threading.Semaphore(0)
+    total = model.prompt_length("Be brief.") + len(model.script(EXAMPLE_FRAMES)[0])
+    job = call(Client(url, verbose=False), EXAMPLE)
+    for _ in range(total - 1):
+        gate.release()
+
+    def statuses() -> list[str]:
+        return [text_of(o[OUT["status"]]) for o in job.outputs() if isinstance(o[OUT["status"]], str)]
+
+    wait_for(lambda: any(f"frame {total - 1} of up to {total} " in s for s in statuses()), "the last but one frame")
+    model.gate = None
+    gate.release()
+    done = text_of(job.result(timeout=60)[OUT["status"]])
+    assert f"Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
+
+
+def test_every_run_reaches_the_engine_at_once(served):
+    """One queue: Gradio holds no Run back (no concurrency limit on the handler), the engine's queue has every one
+    of them with its position, and turns away those past its limit."""
+    url, model, _, engine = served
+    gate = model.gate = threading.Semaphore(0)
+    jobs = [call(Client(url, verbose=False), EXAMPLE) for _ in range(app.MAX_WAITING + 2)]
+    wait_for(lambda: engine.pending() == app.MAX_WAITING + 1, "every run to reach the engine")
+    wait_for(lambda: any("The app is busy" in text_of(o[OUT["status"]]) for job in jobs for o in job.outputs()
+                         if isinstance(o[OUT["status"]], str)), "the run past the limit to be turned away")
+    wait_for(lambda: any(f"{app.MAX_WAITING} requests ahead of you" in text_of(o[OUT["status"]]) for job in jobs
+                         for o in job.outputs() if isinstance(o[OUT["status"]], str)), "the last position")
+    model.gate = None
+    for _ in range(10000):
+        gate.release()
+    finished = [text_of(job.result(timeout=120)[OUT["status"]]) for job in jobs]
+    assert sum("Answer ready" in s for s in finished) == app.MAX_WAITING + 1
+
+
+def write_m4a(path: Path, samples: np.ndarray, rate: int) -> Path:
+    """AAC in an MP4 container, as a Mac records it (PyAV's encoder)."""
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("aac", rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray(samples[None, :].astype(np.float32), format="fltp", layout="mono")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return path
+
+
+def check(client: Client, path: Path) -> tuple:
+    """The upload check, as the page runs it when a recording arrives: (the input's new value, the status)."""
+    value, status = client.predict(handle_file(str(path)), api_name="/check")
+    return value, text_of(status)
+
+
+def test_recordings_are_checked_when_they_arrive(served, tmp_path):
+    url, model, outputs, engine = served
+    client = Client(url, verbose=False)
+    bad = tmp_path / "holiday.wav"
+    bad.write_text("not really a wav file")
+    value, status = check(client, bad)
+    assert value is None  # refused: the input is cleared
+    assert "This recording cannot be used" in status and "holiday.wav is not a readable audio file" in status
+    assert str(outputs) not in status and "gradio" not in status  # the name only, no server folder
+    blip = tmp_path / "blip.wav"
+    sf.write(str(blip), np.zeros(2400, np.float32), 48000)  # 50 ms
+    value, status = check(client, blip)
+    assert value is None and "too short (50 ms" in status
+    x, rate = sf.read(str(EXAMPLE), dtype="float32")
+    value, status = check(client, write_m4a(tmp_path / "question.m4a", x, rate))
+    assert value is not None and "Recording ready" in status and "question.m4a: 3.8 s." in status
+    long = tmp_path / "lecture.wav"
+    sf.write(str(long), np.zeros(16000 * 75, np.float32), 16000)
+    model.gate = None
+    call(client, EXAMPLE).result(timeout=60)  # a run measures the speed
+    rtf = engine.status().realtime_factor
+    value, status = check(client, long)
+    assert value is not None and "A long recording" in status
+    assert f"lecture.wav is 1 min 15 s long; recordings under 1 min work best. At the current speed (RTF {rtf:.3g}) " \
+           f"the answer takes about" in status
+
+
+def test_an_m4a_recording_is_answered(served, tmp_path):
+    url, model, *_ = served
+    model.gate = None
+    x, rate = sf.read(str(EXAMPLE), dtype="float32")
+    out = call(Client(url, verbose=False), write_m4a(tmp_path / "question.m4a", x, rate)).result(timeout=60)
+    assert "Answer ready" in text_of(out[OUT["status"]])
+    assert model.calls[-1]["sample_rate"] == 16000  # decoded by PyAV
+    record = json.loads(Path(out[OUT["downloads"]][1]).read_text())
+    assert record["input_file"] == "question.m4a"
 
 
 def test_cancel_button_stops_the_running_job(served):
@@ -257,7 +332,7 @@ def test_closing_the_request_cancels_the_engine_job(served):
         return engine.pending() == 0
 
     wait_for(release_a_frame, "the engine to drop the job")
-    frames = len(model.script(EXAMPLE_FRAMES)[0])
+    frames = model.prompt_length("Be brief.") + len(model.script(EXAMPLE_FRAMES)[0])
     assert model.frames_started - before < frames  # stopped before the end of the conversation
     model.gate = None
 
@@ -272,9 +347,10 @@ def test_a_bad_file_is_a_readable_error_and_the_app_keeps_working(served, tmp_pa
     status = text_of(out[OUT["status"]])
     assert "This recording cannot be used" in status and "holiday.wav is not a readable audio file" in status
     short = tmp_path / "click.wav"
-    sf.write(str(short), np.zeros(40, np.float32), 16000)
+    sf.write(str(short), np.zeros(2400, np.float32), 48000)  # 50 ms: too short, said before it reaches the engine
     out = call(client, short).result(timeout=30)
-    assert "shorter than one 80 ms frame" in text_of(out[OUT["status"]])
+    assert "This recording cannot be used" in text_of(out[OUT["status"]])
+    assert "too short (50 ms, shorter than one 80 ms frame)" in text_of(out[OUT["status"]])
     out = call(client, None).result(timeout=30)
     assert "No recording yet" in text_of(out[OUT["status"]])
     assert "Answer ready" in text_of(call(client, EXAMPLE).result(timeout=60)[OUT["status"]])
@@ -327,11 +403,15 @@ def stop(proc: subprocess.Popen) -> None:
 def test_offline_without_the_model_says_what_to_run(tmp_path):
     proc, url, log = start_app(tmp_path, "--model", "nobody/no-such-voicechat", HF_HUB_OFFLINE="1",
                                HF_HOME=str(tmp_path / "hf"))
-    try:
-        out = call(Client(url, verbose=False), EXAMPLE).result(timeout=60)
+    fix = ("`hf download nobody/no-such-voicechat --local-dir ~/models/no-such-voicechat`, then "
+           "`python app.py --model ~/models/no-such-voicechat`")
+    try:  # the terminal says what is wrong and the commands that fix it
+        wait_for(lambda: "The model is not loaded" in log.read_text(), "the terminal message", timeout=60)
+        printed = next(line for line in log.read_text().splitlines() if "The model is not loaded" in line)
+        assert "nobody/no-such-voicechat is not in the local Hugging Face cache" in printed and fix in printed
+        out = call(Client(url, verbose=False), EXAMPLE).result(timeout=60)  # through the API Run still tries
         status = text_of(out[OUT["status"]])
-        assert "nobody/no-such-voicechat is not in the local Hugging Face cache" in status
-        assert "hf download nobody/no-such-voicechat" in status
+        assert "The model is not loaded" in status and fix in status
     finally:
         stop(proc)
 

@@ -1,9 +1,11 @@
 """voicechat.engine without Gradio: the job queue, cancel within one frame, error propagation, thread ownership.
 
 The model is `ScriptedModel`, a stand-in that follows voicechat's model contract (``.config``, ``.tokenizer``,
-``.generate(audio, sample_rate, system_prompt=, seed=, config=, progress=)`` -> ``Result``) with a fixed answer, so
-the engine (and, in test_app.py / test_browser.py, the UI) can be tested without MLX work. Its frames can be held
-by a semaphore, so a test decides exactly how far a job gets.
+``.prompt_length``, ``.encoder_frames``, ``.generate(audio, sample_rate, system_prompt=, seed=, config=, progress=)``
+-> ``Result``, progress after every position, the prompt's included, with the session's ``Frame``) with a fixed
+answer, so the engine (and, in test_app.py / test_browser.py, the UI) can be tested without MLX work. Its frames can
+be held by a semaphore, so a test decides exactly how far a job gets. The record-and-run parts run on the real tiny
+model too (the demo checkpoint, at the end).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import pytest
 from voicechat import engine as eng
 from voicechat.audio import prepare_input
 from voicechat.errors import AudioInputError, ModelUnavailable
+from voicechat.config import GenerationConfig
 from voicechat.result import FrameUpdate, Result
+from voicechat.session import Frame
 from voicechat.tokenizer import TextTokenizer
 
 TESTS = Path(__file__).parent
@@ -36,7 +40,9 @@ class ScriptedModel:
     pause, and a synthetic voice (harmonic bursts whose phase depends on the seed)."""
 
     IN_RATE, OUT_RATE, FRAME = 16000, 22050, 0.08
+    HOP = round(OUT_RATE * FRAME)  # answer samples per position
     CODEBOOKS = 31
+    TTS = dict(guidance_scale=0.35, top_p=0.9, noise_scale=0.004)  # its "checkpoint's" voice sampling
 
     def __init__(self, answer: str = "Paris is the capital of France.",
                  transcript: str = "hi there what is the capital of france", function: str = "",
@@ -44,7 +50,8 @@ class ScriptedModel:
                  error: Optional[Exception] = None):
         self.tokenizer = TextTokenizer(TOKENIZER)
         self.config = SimpleNamespace(frame_length=self.FRAME, input_sample_rate=self.IN_RATE,
-                                      output_sample_rate=self.OUT_RATE, pad_id=12, bos_id=1, eos_id=2)
+                                      output_sample_rate=self.OUT_RATE, pad_id=12, bos_id=1, eos_id=2,
+                                      tts=SimpleNamespace(**self.TTS))
         self.answer, self.transcript, self.function = answer, transcript, function
         self.frame_delay, self.gate, self.error = frame_delay, gate, error
         self.threads: set[int] = set()
@@ -66,9 +73,17 @@ class ScriptedModel:
         function[start + 1: start + 1 + len(calls)] = calls
         return text, function
 
-    def frames_to_say(self, input_frames: int, n_tokens: int) -> int:
-        """Frames the script takes until its first ``n_tokens`` answer tokens are out."""
-        return input_frames + 3 + 2 * n_tokens
+    def prompt_length(self, system_prompt: str) -> int:
+        """Positions of the system prompt: [bos] + its tokens + [eos], as the real model's."""
+        return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
+
+    def encoder_frames(self, samples: int) -> int:
+        """Positions of a recording of ``samples`` at 16 kHz: one per started 80 ms."""
+        return math.ceil(samples / round(self.IN_RATE * self.FRAME))
+
+    def frames_to_say(self, input_frames: int, n_tokens: int, system_prompt: str = "") -> int:
+        """Positions the run takes until its first ``n_tokens`` answer tokens are out."""
+        return self.prompt_length(system_prompt) + input_frames + 3 + 2 * n_tokens
 
     def decoded(self, ids: np.ndarray) -> str:
         specials = (self.config.pad_id, self.config.bos_id, self.config.eos_id)
@@ -95,21 +110,31 @@ class ScriptedModel:
         x = prepare_input(audio, sample_rate, self.IN_RATE, round(self.IN_RATE * self.FRAME))
         if self.error is not None:
             raise self.error
-        prompt_frames = len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
-        input_frames = math.ceil(x.size / (self.IN_RATE * self.FRAME))
+        prompt_frames = self.prompt_length(system_prompt)
+        input_frames = self.encoder_frames(x.size)
         text, function = self.script(input_frames)
-        for f in range(len(text)):
+        voice = self.voice(text, seed)
+        total = prompt_frames + len(text)
+        if progress is not None:
+            progress(0, total, FrameUpdate("prompt", time.perf_counter() - t0, 0.0, "", ""))
+        for t in range(total):
             self.frames_started += 1
             if self.gate is not None:
                 assert self.gate.acquire(timeout=TIMEOUT), "test never released this frame"
             time.sleep(self.frame_delay)
             if progress is not None:
+                f = t - prompt_frames  # the answer's frame (negative over the prompt)
+                before, said = self.decoded(text[:max(f, 0)]), self.decoded(text[:max(f + 1, 0)])
+                ids = (int(text[f]), int(function[f])) if f >= 0 else (self.config.pad_id, self.config.pad_id)
+                frame = Frame(position=t, text_id=ids[0], function_id=ids[1], codes=np.zeros(self.CODEBOOKS, np.int32),
+                              audio=voice[max(f, 0) * self.HOP:max(f + 1, 0) * self.HOP], text=said[len(before):],
+                              function_text="", transcript="", turn=None, seconds={})
                 elapsed = time.perf_counter() - t0
-                progress(f + 1, len(text), FrameUpdate("frames", elapsed, (f + 1) / max(elapsed, 1e-6),
-                                                       self.decoded(text[: f + 1]), self.decoded(function[: f + 1])))
+                progress(t + 1, total, FrameUpdate("frames", elapsed, (t + 1) / max(elapsed, 1e-6), said,
+                                                   self.decoded(function[:max(f + 1, 0)]), frame))
         return Result(
             text=self.answer, function_text=self.function, user_transcript=self.transcript,
-            audio=self.voice(text, seed), sample_rate=self.OUT_RATE, text_tokens=text, function_tokens=function,
+            audio=voice, sample_rate=self.OUT_RATE, text_tokens=text, function_tokens=function,
             audio_codes=np.zeros((len(text), self.CODEBOOKS), np.int64), first_frame=prompt_frames,
             prompt_frames=prompt_frames, input_frames=input_frames, frame_seconds=self.FRAME,
             timings={"perception": 0.01, "frames": time.perf_counter() - t0, "codec": 0.02},
@@ -166,11 +191,18 @@ def test_a_job_runs_to_the_end_with_progress_and_a_numpy_answer(engine_of):
     events = collect(engine_of(model).submit(question()))
     kinds = [e.kind for e in events]
     assert kinds[0] == eng.QUEUED and kinds[1] == eng.STARTED and kinds[-1] == eng.DONE
+    assert events[1].prompt_frames == model.prompt_length("Be brief.") > 0
     progress = [e for e in events if e.kind == eng.PROGRESS]
-    assert [e.done for e in progress] == list(range(1, progress[-1].total + 1))  # one event per frame, in order
+    assert progress[0].done == 0 and progress[0].update.stage == "prompt"  # the set-up, before the first position
+    # then one event per position, the prompt's included, in order
+    assert [e.done for e in progress[1:]] == list(range(1, progress[-1].total + 1))
     assert progress[-1].update.text == model.answer  # the partial text grows to the whole answer
     answer = events[-1].answer
     assert isinstance(answer.result.audio, np.ndarray) and answer.result.user_transcript == model.transcript
+    assert answer.timeline_frames == progress[-1].done  # one frame count from start to end
+    # each event carries the position's new answer samples: together they are the answer
+    assert [e.frame.position for e in progress[1:]] == list(range(progress[-1].total))
+    assert np.array_equal(np.concatenate([e.frame.audio for e in progress[1:]]), answer.result.audio)
     assert model.calls[0]["system_prompt"] == "Be brief." and model.calls[0]["seed"] == 3
 
 
@@ -454,3 +486,84 @@ def test_a_live_conversation_waits_for_the_job_ahead(live_engine):
     assert live_events(live, until=eng.READY)[-1].kind == eng.READY
     live.close()
     live_events(live)
+
+
+def test_a_record_and_run_job_on_the_demo_model(live_engine):
+    """The real tiny model through the engine: the expected length known at submission is the progress total (the
+    tools' block of the prompt included), one count from the first position (the prompt's) to the last, and the
+    frames' new samples are the answer."""
+    import soundfile as sf
+    from voicechat.tools import get_current_time
+
+    x, rate = sf.read(QUESTION, dtype="float32")
+    wait_until(lambda: live_engine.status().state == eng.READY)
+    job = live_engine.submit(eng.Request(x, rate, "Be brief.", seed=3, config=GenerationConfig(max_extra_seconds=1),
+                                         tools=(get_current_time,)))
+    events = collect(job)
+    progress = [e for e in events if e.kind == eng.PROGRESS]
+    answer = events[-1].answer
+    assert events[1].kind == eng.STARTED and events[1].prompt_frames == answer.result.prompt_frames > 0
+    assert job.frames_expected == progress[-1].total  # known before it ran
+    assert [e.done for e in progress[1:]] == list(range(1, answer.timeline_frames + 1))
+    assert [e.frame.position for e in progress[1:]] == list(range(answer.timeline_frames))
+    r = answer.result
+    # the samples that became final with each position after the prompt; the codec runs 6 samples behind the
+    # timeline (SESSION_API.md), so they start 6 samples before the answer and its last 6 come with the end
+    spoken = np.concatenate([e.frame.audio for e in progress[1:] if e.frame.position >= r.first_frame])
+    assert len(r.audio) == len(spoken) == (answer.timeline_frames - r.first_frame) * 1764
+    assert np.array_equal(r.audio[:-6], spoken[6:])
+    status = live_engine.status()
+    assert status.realtime_factor == answer.realtime_factor == pytest.approx(
+        answer.wall_seconds / (answer.timeline_frames * r.frame_seconds))
+    assert progress[-1].seconds <= answer.wall_seconds  # the same clock
+
+
+def test_the_status_gives_the_models_numbers(engine_of):
+    import mlx.core as mx
+
+    engine = engine_of(ScriptedModel())
+    wait_until(lambda: engine.status().state == eng.READY)
+    device = "gpu" if mx.default_device().type == mx.DeviceType.gpu else "cpu"
+    assert engine.status().facts == eng.ModelFacts(
+        frame_seconds=0.08, tts_guidance_scale=0.35, tts_top_p=0.9, tts_noise_scale=0.004,
+        expected_realtime_factor=eng.EXPECTED_REALTIME_FACTOR[device])
+    assert engine.status().realtime_factor is None
+    assert engine.status().expected_realtime_factor == eng.EXPECTED_REALTIME_FACTOR[device]
+    answer = collect(engine.submit(question()))[-1].answer
+    assert engine.status().realtime_factor == answer.realtime_factor == engine.status().expected_realtime_factor
+
+
+def test_the_expected_wait_comes_from_measured_frame_times_and_the_queued_lengths(engine_of):
+    gate = threading.Semaphore(0)
+    model = ScriptedModel(gate=gate)
+    engine = engine_of(model)
+    wait_until(lambda: engine.status().state == eng.READY)
+    samples = np.zeros(16000 * 3, np.float32)
+    config = GenerationConfig(extra_seconds=2.0)
+    first = engine.submit(eng.Request(samples, 16000, "Be brief.", config=config))
+    second = engine.submit(eng.Request(samples, 16000, "Be brief.", config=config))
+    third = engine.submit(eng.Request(samples, 48000, "", config=config))  # 1 s at 48 kHz
+    prompt = model.prompt_length("Be brief.")
+    assert second.frames_expected == prompt + 63  # the prompt, then 3 s + 2 s of extra in 80 ms positions (62.5)
+    assert third.frames_expected == 38  # 1 s at 48 kHz + 2 s (37.5)
+    until(first, lambda e: e.kind == eng.PROGRESS and e.done == 0)  # started, nothing measured yet
+    expected = engine.status().expected_realtime_factor * 0.08
+    assert engine.wait_seconds(second) == pytest.approx(first.progress[1] * expected)
+    for _ in range(3):
+        gate.release()
+    measured = until(first, lambda e: e.kind == eng.PROGRESS and e.done == 3)
+    per_frame = measured.seconds / 3  # the running job's own speed
+    left = measured.total - 3
+    assert engine.wait_seconds(second) == pytest.approx(left * per_frame)
+    assert engine.wait_seconds(third) == pytest.approx((left + second.frames_expected) * per_frame)
+    assert engine.wait_seconds(first) is None  # running, not waiting
+    engine.close(timeout=0)
+    for _ in range(1000):
+        gate.release()
+
+
+def wait_until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

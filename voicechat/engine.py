@@ -2,9 +2,14 @@
 
 MLX arrays and streams belong to the thread that made them (ECOSYSTEM.md §1.5), so a web server's worker threads
 never touch the model: they ``submit`` a :class:`Request` and read :class:`Event`\\ s from the :class:`Job` they
-get back (queue position, per-frame progress with the partial text, then one of done / error / cancelled). Only
-numpy arrays and Python values leave this thread. ``Job.cancel()`` stops a running job within one 80 ms frame (the
-progress callback raises :class:`~voicechat.errors.Cancelled`) and removes a waiting one from the queue at once.
+get back (queue position, per-frame progress with the partial text and the frame's new answer samples, then one
+of done / error / cancelled). Only numpy arrays and Python values leave this thread. ``Job.cancel()`` stops a running
+job within one 80 ms frame (the progress callback raises :class:`~voicechat.errors.Cancelled`) and removes a waiting
+one from the queue at once.
+
+This queue is the only place where requests wait: a web app should hand every request to ``submit`` at once (Gradio:
+no concurrency limit on the handler), so that positions and expected waits (:meth:`Engine.wait_seconds`) are the
+engine's, measured from its frame times. :attr:`EngineStatus.facts` gives apps the loaded model's numbers.
 
     engine = Engine(hub_model("mlx-community/NemotronLabs-VoiceChat-11B-4bit"), name="4-bit").start()
     job = engine.submit(Request("question.wav", None, system_prompt="Be brief.", seed=0))
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import os
 import sys
 import threading
@@ -32,8 +38,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 from tqdm.auto import tqdm
 
+from .config import GenerationConfig
 from .errors import Cancelled, VoiceChatError
 from .result import FrameUpdate, Result
+from .tools import system_prompt as tool_prompt
 
 # Event kinds. The last three end a job.
 QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED = "queued", "started", "progress", "done", "error", "cancelled"
@@ -43,6 +51,9 @@ STARTING, DOWNLOADING, LOADING, READY, FAILED, CLOSED = (
     "starting", "downloading", "loading", "ready", "failed", "closed")
 
 ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a loaded voicechat model
+# The real-time factor assumed until a run has been measured (README, Speed): near real time on a GPU (reported on
+# recent Apple Silicon), about 100 times slower than real time on a CPU.
+EXPECTED_REALTIME_FACTOR = {"gpu": 1.0, "cpu": 100.0}
 
 
 class EngineFull(VoiceChatError):
@@ -85,19 +96,53 @@ class Answer:
     wall_seconds: float
 
 
+    @property
+    def timeline_frames(self) -> int:
+        """Positions computed, system prompt included: the last progress event's ``done``."""
+        return self.result.first_frame + len(self.result.text_tokens)
+
+    @property
+    def realtime_factor(self) -> float:
+        return realtime_factor(self.wall_seconds, self.timeline_frames, self.result.frame_seconds)
+
+
+def realtime_factor(seconds: float, frames: int, frame_seconds: float) -> float:
+    """Wall seconds since the job started per second of timeline computed (every position: system prompt, recording
+    and the silence after it); below 1 is faster than real time. The same definition during a run and after it."""
+    return seconds / max(frames * frame_seconds, 1e-9)
+
+
 @dataclass(frozen=True)
 class Event:
     kind: str  # QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED
     position: int = 0  # QUEUED: jobs ahead of this one (the running one included)
-    done: int = 0  # PROGRESS: timeline frames computed
-    total: int = 0
-    update: Optional[FrameUpdate] = None  # PROGRESS: stage, speed and the text so far
+    prompt_frames: int = 0  # STARTED: positions of the system prompt (the first ones the progress counts)
+    done: int = 0  # PROGRESS: timeline positions computed (the prompt's included)
+    total: int = 0  # PROGRESS: positions of the whole run (in automatic mode a bound: the run may end earlier)
+    seconds: float = 0.0  # PROGRESS: wall seconds since the job started (the DONE answer's wall_seconds clock)
+    update: Optional[FrameUpdate] = None  # PROGRESS: stage and the text so far
     answer: Optional[Answer] = None  # DONE
     message: str = ""  # ERROR / CANCELLED: one line for the user
 
     @property
+    def frame(self):
+        """PROGRESS: the voicechat.session.Frame just finished (its new answer samples: ``frame.audio``), or None."""
+        return self.update.frame if self.update is not None else None
+
+    @property
     def terminal(self) -> bool:
         return self.kind in TERMINAL
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The loaded model's numbers that an app shows or starts its controls at (the engine owns the model)."""
+
+    frame_seconds: float  # one timeline position (config.frame_length)
+    tts_guidance_scale: float  # the checkpoint's own EAR-TTS sampling (config.tts)
+    tts_top_p: float  # 1.0 when the checkpoint samples by top-k
+    tts_noise_scale: float
+    expected_realtime_factor: float  # assumed until a run is measured (EXPECTED_REALTIME_FACTOR, by device)
 
 
 @dataclass(frozen=True)
@@ -106,6 +151,15 @@ class EngineStatus:
     message: str  # one line for the user
     fraction: Optional[float] = None  # download progress, when known
     load_seconds: Optional[float] = None  # once READY
+    facts: Optional[ModelFacts] = None  # once READY
+    realtime_factor: Optional[float] = None  # of the last finished run (None before one)
+
+    @property
+    def expected_realtime_factor(self) -> Optional[float]:
+        """The last measured real-time factor, else the one assumed for this device; None without a model."""
+        if self.realtime_factor is not None:
+            return self.realtime_factor
+        return self.facts.expected_realtime_factor if self.facts is not None else None
 
 
 class Job:
@@ -119,6 +173,8 @@ class Job:
         self._events: Queue = Queue()
         self._cancel = threading.Event()
         self.finished = threading.Event()
+        self.frames_expected: Optional[int] = None  # its progress total, when known at submission (wait estimates)
+        self.progress: Optional[tuple[int, int, float]] = None  # (done, total, seconds) once it runs
 
     @property
     def cancel_requested(self) -> bool:
@@ -289,6 +345,29 @@ class Engine:
         """Queue a request; the job's first event says how many jobs are ahead of it."""
         return self._enqueue(Job, request, owner)
 
+    def wait_seconds(self, job: Job) -> Optional[float]:
+        """The expected wait of a waiting job: the frames left of the running job and of the jobs ahead, at the
+        running job's measured speed (else the last run's, else the expected one). None when the job is not waiting
+        or a job ahead has no length (a live conversation, a file path)."""
+        with self._lock:
+            if job not in self._waiting:
+                return None
+            frames = 0
+            for ahead in (self._running, *itertools.islice(self._waiting, self._waiting.index(job))):
+                if ahead is None:
+                    continue
+                left = ahead.progress[1] - ahead.progress[0] if ahead.progress else ahead.frames_expected
+                if left is None:
+                    return None
+                frames += left
+            running = self._running.progress if self._running is not None else None
+            status = self._status
+        if running and running[0] > 0:
+            return frames * running[2] / running[0]
+        if status.facts is None:
+            return None
+        return frames * status.expected_realtime_factor * status.facts.frame_seconds
+
     def _enqueue(self, kind: type, request: Any, owner: Optional[str]) -> Job:
         with self._lock:
             if self._closing:
@@ -296,6 +375,8 @@ class Engine:
             if len(self._waiting) >= self.max_waiting:
                 raise EngineFull(f"{len(self._waiting)} requests are already waiting; try again in a minute")
             job = kind(self, self._next_id, request, owner)
+            if kind is Job and self.model is not None:  # the tokenizer and config only: no MLX on this thread
+                job.frames_expected = expected_frames(self.model, request)
             self._next_id += 1
             self._waiting.append(job)
             job._emit(job_queued(job, len(self._waiting) - 1 + (self._running is not None)))
@@ -391,7 +472,7 @@ class Engine:
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
         try:
-            self.model = self._load_model(download_bar(self.name, self._set_status))
+            model = self._load_model(download_bar(self.name, self._set_status))
         except VoiceChatError as e:
             self._set_status(EngineStatus(FAILED, str(e)))
             return
@@ -400,13 +481,17 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
-        self._set_status(EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds))
+        with self._lock:
+            self.model = model
+            self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
+                                        facts=model_facts(model), realtime_factor=self._status.realtime_factor)
 
     def _run(self, job: Job) -> None:
         if job.cancel_requested:
             job._emit(Event(CANCELLED, message="Cancelled before it started."))
             return
-        job._emit(Event(STARTED))
+        request = job.request
+        job._emit(Event(STARTED, prompt_frames=prompt_frames(self.model, request)))
         t0 = time.perf_counter()
         frames_done = 0
 
@@ -415,9 +500,10 @@ class Engine:
             frames_done = done
             if job.cancel_requested:
                 raise Cancelled(f"Cancelled after {done} of {total} frames.")
-            job._emit(Event(PROGRESS, done=done, total=total, update=update))
+            seconds = time.perf_counter() - t0
+            job.progress = (done, total, seconds)
+            job._emit(Event(PROGRESS, done=done, total=total, seconds=seconds, update=update))
 
-        request = job.request
         kwargs = {} if request.config is None else {"config": request.config}
         if request.tools:
             kwargs["tools"] = request.tools
@@ -425,6 +511,8 @@ class Engine:
             result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
                                          seed=request.seed, progress=progress, **kwargs)
             answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
+            with self._lock:
+                self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)
         except Cancelled as e:
             job._emit(Event(CANCELLED, done=frames_done, message=str(e)))
         except VoiceChatError as e:
@@ -451,6 +539,35 @@ class Engine:
 # ---------------------------------------------------------------------------------------------------------------
 # what leaves the engine thread
 # ---------------------------------------------------------------------------------------------------------------
+def model_facts(model) -> ModelFacts:
+    import mlx.core as mx
+
+    tts = model.config.tts
+    device = "gpu" if mx.default_device().type == mx.DeviceType.gpu else "cpu"
+    return ModelFacts(frame_seconds=float(model.config.frame_length), tts_guidance_scale=float(tts.guidance_scale),
+                      tts_top_p=float(tts.top_p) if tts.top_p is not None else 1.0,
+                      tts_noise_scale=float(tts.noise_scale), expected_realtime_factor=EXPECTED_REALTIME_FACTOR[device])
+
+
+def expected_frames(model, request: Request) -> Optional[int]:
+    """The progress total ``model.generate`` will report for ``request`` (Model._generate's: the prompt, the
+    recording and the silence after it, the automatic mode's bound included); None for a file path (its length is
+    read on the engine thread)."""
+    if isinstance(request.audio, (str, Path)) or not request.sample_rate:
+        return None
+    gen = request.config or GenerationConfig()
+    rate = model.config.input_sample_rate
+    fixed = gen.reference or gen.extra_seconds is not None
+    extra = (gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds
+    samples = round(len(request.audio) * rate / request.sample_rate) + round(extra * rate)
+    return prompt_frames(model, request) + model.encoder_frames(samples)
+
+
+def prompt_frames(model, request: Request) -> int:
+    """Positions of the system prompt the model reads: the request's, with its tools' block when it has tools."""
+    return model.prompt_length(tool_prompt(request.system_prompt, request.tools))
+
+
 def job_queued(job: Job, ahead: int):
     return LiveEvent(QUEUED, position=ahead) if isinstance(job, Live) else Event(QUEUED, position=ahead)
 

@@ -217,18 +217,18 @@ class ProgressTracker:
         self.done = 0
         self.text = self.function_text = ""
 
-    def announce(self, stage: str) -> None:
+    def announce(self, stage: str, frame: Optional[Frame] = None) -> None:
         if self.progress is not None:
             elapsed = time.perf_counter() - self.start
             self.progress(self.done, self.total, FrameUpdate(stage, elapsed, self.done / max(elapsed, 1e-9),
-                                                             self.text, self.function_text))
+                                                             self.text, self.function_text, frame))
 
     def frame(self, frame: Frame) -> None:
         self.done += 1
         self.total = max(self.total, self.done)  # a tool exchange adds positions
         self.text += frame.text
         self.function_text += frame.function_text
-        self.announce("frames")
+        self.announce("frames", frame)
 
 
 def load(path_or_repo: Union[str, Path, None] = None, tokenizer: Optional[str] = None, dtype: Optional[mx.Dtype] = None,

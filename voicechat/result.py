@@ -15,11 +15,12 @@ import numpy as np
 class FrameUpdate:
     """Passed to the progress callback after every timeline frame: ``progress(done, total, update)``."""
 
-    stage: str  # "perception", "prompt", "frames", "codec", "transcript"
+    stage: str  # "prompt" (before the first position: set-up, prompt prefill), then "frames"
     elapsed_s: float  # wall time since generate() started
     frames_per_second: float  # timeline frames computed per wall second so far (12.5 = real time)
     text: str  # the assistant's text so far
     function_text: str  # the function channel so far
+    frame: Any = None  # "frames": the voicechat.session.Frame just finished (its new answer samples in .audio)
 
 
 @dataclass(frozen=True)
