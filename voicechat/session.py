@@ -542,6 +542,11 @@ class Session:
 
     # -- reading ---------------------------------------------------------------------------------------------
     @property
+    def held_seconds(self) -> float:
+        """Input heard and not yet on the timeline (a tool exchange holds the user's frames back)."""
+        return len(self.heard) * self.cfg.frame_length
+
+    @property
     def transcript(self) -> str:
         """The user's words so far (NVIDIA's RNNT transcript string, SPEC §1.2 J)."""
         if self.rnnt is None:
