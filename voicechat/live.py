@@ -1,0 +1,836 @@
+"""Talk live from the terminal: the microphone and the speakers through sounddevice (PortAudio), on the engine's live
+streaming session.
+
+    python -m voicechat live --demo                     # tiny random model: shows the loop, answers are noise
+    python -m voicechat live --input-file question.wav --output-file answer.wav --fast
+
+Threads. PortAudio's callbacks only copy numpy arrays: the microphone's into :class:`Ring`, the speaker's out of
+:class:`JitterBuffer`. The engine's thread owns MLX and runs the session. The caller's thread runs :class:`LiveCall`:
+it moves the microphone's audio (resampled to 16 kHz with soxr's stream resampler) into the live handle, the
+answer's frames (22.05 kHz, resampled to the speaker's rate) into the jitter buffer, draws the terminal, and stops
+the call when the session falls behind real time, a device stops, or the user presses Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence, TextIO
+
+import numpy as np
+
+from .errors import AudioDeviceError, FellBehind, VoiceChatError
+
+FRAME_SECONDS = 0.08  # one timeline position (SPEC §1.2)
+INPUT_RATE = 16000  # the model's input rate
+OUTPUT_RATE = 22050  # Frame.audio's rate
+DEFAULT_MAX_LAG = 2.0  # seconds of input the session may hold before the call stops
+FAST_AHEAD = 0.32  # --fast: seconds of input handed to the session ahead of what it consumed
+TICK = 0.01  # the main loop wakes at least this often (seconds)
+STATUS_EVERY = 0.2  # redraw the status line this often on a terminal (seconds); 1 s when not a terminal
+STALL_SECONDS = 2.0  # a device whose callback has not run for this long has stopped
+HEADPHONES = ("Wear headphones: there is no echo cancellation, so through speakers the model hears itself "
+              "(and answers itself).")
+PORTAUDIO_FIX = "Linux: sudo apt install libportaudio2; macOS: pip install --force-reinstall sounddevice"
+LIST_HINT = "`python -m voicechat live --list-devices` lists them"
+
+
+class DeviceChoiceError(AudioDeviceError):
+    """--input-device / --output-device names no device of that kind (a usage error)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sounddevice / PortAudio
+# ---------------------------------------------------------------------------------------------------------------
+def import_sounddevice():
+    """The sounddevice module, or one line that says how to get PortAudio (its Linux wheel does not bundle it)."""
+    try:
+        import sounddevice
+    except OSError as e:  # sounddevice raises OSError when the PortAudio library is missing or cannot load
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise AudioDeviceError(f"live audio needs the PortAudio library, which did not load ({reason}); "
+                               f"install it ({PORTAUDIO_FIX})") from None
+    except ImportError:
+        raise AudioDeviceError("live audio needs the sounddevice package: pip install sounddevice") from None
+    return sounddevice
+
+
+def device_table(sd) -> str:
+    """sounddevice's table of devices (``>`` marks the default input, ``<`` the default output)."""
+    devices = sd.query_devices()
+    if not len(devices):
+        return "no audio devices found (connect a microphone and speakers, or start the system's sound server)"
+    return f"{devices}\n(> default input, < default output; pass a number or part of a name to --input-device / " \
+           f"--output-device)"
+
+
+def pick_device(sd, spec: Optional[str], kind: str) -> tuple[int, dict]:
+    """(index, sounddevice's device dict) for ``spec`` (None: the system default; a number; or part of a name)."""
+    what = "microphone" if kind == "input" else "speaker"
+    option = f"--{kind}-device"
+    if spec is None:
+        try:
+            info = sd.query_devices(kind=kind)
+        except Exception:  # PortAudioError "Error querying device -1": there is no default device of this kind
+            raise AudioDeviceError(f"no {what} found: connect one or pick one with {option} ({LIST_HINT})") from None
+    else:
+        try:
+            info = sd.query_devices(int(spec) if spec.strip().isdigit() else spec, kind=kind)
+        except Exception as e:  # ValueError: no or several devices match; PortAudioError: bad number
+            reason = str(e).splitlines()[0] if str(e) else "no such device"
+            raise DeviceChoiceError(f"{option} {spec!r}: {reason} ({LIST_HINT})") from None
+    if info[f"max_{kind}_channels"] < 1:
+        raise DeviceChoiceError(f"{option} {spec!r}: {info['name']} has no {kind} channels ({LIST_HINT})")
+    return int(info["index"]), dict(info)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# buffers between the audio callbacks and the main loop
+# ---------------------------------------------------------------------------------------------------------------
+class Ring:
+    """A float32 ring for one writer thread and one reader thread, without locks: each side only advances its own
+    counter (a Python int, replaced atomically), so a callback never waits. Full: new samples are dropped and
+    counted."""
+
+    def __init__(self, capacity: int):
+        self._buf = np.zeros(capacity, np.float32)
+        self._written = 0  # total samples written (writer only)
+        self._read = 0  # total samples read or skipped (reader only)
+        self.dropped = 0  # samples that did not fit (writer only)
+
+    @property
+    def capacity(self) -> int:
+        return self._buf.size
+
+    @property
+    def available(self) -> int:
+        return self._written - self._read
+
+    def write(self, x: np.ndarray) -> None:
+        n = min(len(x), self.capacity - self.available)
+        self.dropped += len(x) - n
+        start = self._written % self.capacity
+        first = min(n, self.capacity - start)
+        self._buf[start:start + first] = x[:first]
+        self._buf[:n - first] = x[first:n]
+        self._written += n
+
+    def read_into(self, out: np.ndarray) -> int:
+        """Fill the head of ``out`` with up to ``len(out)`` samples; returns how many."""
+        n = min(len(out), self.available)
+        start = self._read % self.capacity
+        first = min(n, self.capacity - start)
+        out[:first] = self._buf[start:start + first]
+        out[first:n] = self._buf[:n - first]
+        self._read += n
+        return n
+
+    def read(self) -> np.ndarray:
+        """Everything available (a new array)."""
+        out = np.empty(self.available, np.float32)
+        self.read_into(out)
+        return out
+
+    def skip(self, n: int) -> None:
+        self._read += min(n, self.available)
+
+
+class JitterBuffer:
+    """What the speaker plays: the answer's audio, written by the main loop as frames arrive, read by the speaker.
+
+    The policy is Moshi's and Unmute's playback worklets' (LIVE.md §4), with the levels raised by one 80 ms frame,
+    because the session hands over audio a whole frame at a time (the worklets get 20 ms packets):
+
+    * playing starts when one frame plus ``partial`` (10 ms at first) is queued;
+    * an underrun plays silence, is counted, waits for that level again, and grows ``partial`` by 5 ms (to 80 ms);
+    * more than two frames plus ``partial`` plus ``extra`` queued (the session caught up in a burst) drops the
+      oldest audio back to the starting level and grows ``extra`` by 5 ms (from 10 to 80 ms), so the delay stays
+      bounded.
+
+    ``drain()`` (no more audio will come) plays what is left without waiting for a level.
+    """
+
+    STEP, MOST = 0.005, 0.08
+
+    def __init__(self, rate: int, seconds: float = 10.0):
+        self.rate = rate
+        self.ring = Ring(int(seconds * rate))
+        self.frame = int(FRAME_SECONDS * rate)
+        self.partial = int(0.010 * rate)
+        self.extra = int(0.010 * rate)
+        self.playing = False
+        self.draining = False
+        self.underruns = 0  # times the speaker ran dry while playing
+        self.dropped = 0  # samples dropped to keep the delay bounded (plus those that did not fit the ring)
+        self.played = 0  # samples handed to the speaker, silence included
+
+    def write(self, x: np.ndarray) -> None:
+        self.ring.write(x)
+
+    def drain(self) -> None:
+        self.draining = True
+
+    @property
+    def buffered_seconds(self) -> float:
+        return self.ring.available / self.rate
+
+    def read_into(self, out: np.ndarray) -> None:
+        """Fill ``out`` (the speaker's block): queued audio, silence where there is none."""
+        available = self.ring.available
+        start_level = self.frame + self.partial
+        if available > 2 * self.frame + self.partial + self.extra:
+            self.ring.skip(available - start_level)
+            self.dropped += available - start_level
+            self.extra = min(self.extra + int(self.STEP * self.rate), int(self.MOST * self.rate))
+        if not self.playing and (self.ring.available >= start_level or self.draining):
+            self.playing = True
+        n = self.ring.read_into(out) if self.playing else 0
+        out[n:] = 0.0
+        if self.playing and n < len(out) and not self.draining:
+            self.underruns += 1
+            self.playing = False
+            self.partial = min(self.partial + int(self.STEP * self.rate), int(self.MOST * self.rate))
+        self.played += len(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the two ends: devices, or a file and a virtual speaker
+# ---------------------------------------------------------------------------------------------------------------
+class DeviceStream:
+    """One PortAudio stream whose callback only copies; ``check()`` (main loop) turns a stopped device into one
+    line."""
+
+    def __init__(self, sd, device: int, info: dict, kind: str):
+        self.kind, self.name, self.info = kind, info["name"], info
+        self.rate = int(info["default_samplerate"])
+        self.calls = 0  # callbacks so far
+        self.xruns = 0  # PortAudio's input overflow / output underflow flags
+        self._last_call = time.monotonic()
+        self._finished = threading.Event()
+        self._stopping = False
+        make = sd.InputStream if kind == "input" else sd.OutputStream
+        try:
+            self.stream = make(device=device, samplerate=self.rate, channels=1, dtype="float32", latency="low",
+                               callback=self._callback, finished_callback=self._finished.set)
+        except Exception as e:  # PortAudioError: the device refuses the format, is busy, vanished ...
+            raise AudioDeviceError(f"cannot open the {self.what} {self.name!r}: {first_line(e)}; "
+                                   f"pick another with --{kind}-device ({LIST_HINT})") from None
+
+    @property
+    def what(self) -> str:
+        return "microphone" if self.kind == "input" else "speaker"
+
+    def _callback(self, *args) -> None:
+        raise NotImplementedError
+
+    def _tick(self, status) -> None:
+        self.calls += 1
+        self._last_call = time.monotonic()
+        if status:
+            self.xruns += 1
+
+    def start(self) -> None:
+        self._last_call = time.monotonic()
+        self.stream.start()
+
+    def check(self) -> None:
+        """Raise AudioDeviceError if the device stopped on its own (unplugged, sound server gone)."""
+        stalled = time.monotonic() - self._last_call > STALL_SECONDS
+        if not self._stopping and (self._finished.is_set() or stalled):
+            raise AudioDeviceError(f"the {self.what} {self.name!r} stopped "
+                                   f"({'no audio for ' + str(STALL_SECONDS) + ' s' if stalled else 'device lost'}); "
+                                   f"reconnect it and start again, or pick another with --{self.kind}-device "
+                                   f"({LIST_HINT})")
+
+    def close(self) -> None:
+        # abort, not stop: stop() waits for the device to play out or deliver its buffer, which a vanished or
+        # silent device never does
+        self._stopping = True
+        try:
+            self.stream.abort()
+            self.stream.close()
+        except Exception:  # the device is already gone: nothing left to release
+            pass
+
+
+class Microphone(DeviceStream):
+    finished = False  # a microphone never runs out
+
+    def __init__(self, sd, device: int, info: dict):
+        super().__init__(sd, device, info, "input")
+        self.ring = Ring(int(4 * self.rate))
+
+    def _callback(self, indata, frames, time_info, status) -> None:
+        self._tick(status)
+        self.ring.write(indata[:, 0])
+
+    def pull(self, lag: float) -> np.ndarray:
+        return self.ring.read()
+
+
+class Speaker(DeviceStream):
+    def __init__(self, sd, device: int, info: dict):
+        super().__init__(sd, device, info, "output")
+        self.buffer = JitterBuffer(self.rate)
+
+    def _callback(self, outdata, frames, time_info, status) -> None:
+        self._tick(status)
+        self.buffer.read_into(outdata[:, 0])
+
+    def tick(self) -> None:
+        pass
+
+
+class FileMicrophone:
+    """A recording played as the microphone: at the pace of the clock, or (``fast``) as fast as the session takes
+    it, followed by ``tail`` seconds of silence (the microphone stays open while the model answers)."""
+
+    name = "file"
+
+    def __init__(self, samples: np.ndarray, rate: int, tail: float, fast: bool, clock=time.monotonic):
+        self.samples = np.concatenate([samples, np.zeros(int(round(tail * rate)), np.float32)])
+        self.rate, self.fast, self.clock = rate, fast, clock
+        self.sent = 0
+        self._start: Optional[float] = None
+
+    def start(self) -> None:
+        self._start = self.clock()
+
+    @property
+    def finished(self) -> bool:
+        return self.sent >= self.samples.size
+
+    def pull(self, lag: float) -> np.ndarray:
+        if self.fast:
+            due = self.sent + max(0, int((FAST_AHEAD - lag) * self.rate))
+        else:
+            due = int((self.clock() - self._start) * self.rate)
+        chunk = self.samples[self.sent:min(due, self.samples.size)]
+        self.sent += chunk.size
+        return chunk
+
+    def check(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FileSpeaker:
+    """A virtual speaker that records what it would have played: at the clock's pace through the same jitter buffer
+    (silences and drops included), or (``fast``) everything as soon as it is there."""
+
+    name = "file"
+
+    def __init__(self, rate: int, fast: bool, clock=time.monotonic):
+        self.rate, self.fast, self.clock = rate, fast, clock
+        self.buffer = JitterBuffer(rate, seconds=600.0 if fast else 10.0)
+        if fast:
+            self.buffer.drain()
+        self.blocks: list[np.ndarray] = []
+        self._start: Optional[float] = None
+
+    def start(self) -> None:
+        self._start = self.clock()
+
+    def tick(self) -> None:
+        due = self.buffer.ring.available if self.fast else int((self.clock() - self._start) * self.rate) - self.buffer.played
+        if due > 0:
+            block = np.empty(due, np.float32)
+            self.buffer.read_into(block)
+            self.blocks.append(block)
+
+    def audio(self) -> np.ndarray:
+        return np.concatenate(self.blocks) if self.blocks else np.zeros(0, np.float32)
+
+    def check(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numbers and the terminal
+# ---------------------------------------------------------------------------------------------------------------
+class LiveStats:
+    """Per-frame compute time over the last ``window`` frames (p50, p95, real-time factor) and slow frames."""
+
+    def __init__(self, window: int = 250):
+        self.recent: deque[float] = deque(maxlen=window)
+        self.frames = 0
+        self.late = 0  # frames that took longer than their 80 ms to compute
+        self.total_seconds = 0.0
+
+    def add(self, frame) -> None:
+        seconds = float(sum(frame.seconds.values()))
+        self.recent.append(seconds)
+        self.frames += 1
+        self.total_seconds += seconds
+        self.late += seconds > FRAME_SECONDS
+
+    def summary(self) -> dict:
+        if not self.recent:
+            return {"frames": 0}
+        ms = 1000 * np.asarray(self.recent)
+        return {"frames": self.frames, "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
+                "rtf": float(ms.mean() / (1000 * FRAME_SECONDS)), "late_frames": self.late}
+
+
+def status_line(stats: LiveStats, lag: float, buffered: float, underruns: int) -> str:
+    s = stats.summary()
+    if not s["frames"]:
+        return f"listening | lag {1000 * lag:.0f} ms | buffered {1000 * buffered:.0f} ms"
+    return (f"frame p50 {s['p50_ms']:.1f} ms p95 {s['p95_ms']:.1f} ms | RTF {s['rtf']:.2f} | lag {1000 * lag:.0f} ms"
+            f" | buffered {1000 * buffered:.0f} ms | late frames {s['late_frames']} | underruns {underruns}")
+
+
+class TerminalView:
+    """The conversation as it happens: a labelled line per speaker turn ("you", "assistant", "function"), one line
+    per tool event, and a status line under them. On a terminal the open line and the status line are redrawn in
+    place; otherwise (a pipe, a test) finished lines are printed as they end and the status once a second."""
+
+    def __init__(self, out: TextIO = None, tty: Optional[bool] = None):
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty() if tty is None else tty
+        self.done: list[str] = []  # finished lines not printed yet
+        self.speaker: Optional[str] = None
+        self.open = ""  # the current speaker's line so far
+        self.status = ""
+        self._rows = 0  # rows of the open line drawn last time (the cursor is on the status row below them)
+        self._last_status = 0.0
+
+    def say(self, speaker: str, text: str) -> None:
+        if not text:
+            return
+        if speaker != self.speaker:
+            self.end_line()
+            self.speaker = speaker
+            text = text.lstrip()
+        self.open += text
+
+    def end_line(self) -> None:
+        if self.speaker is not None and self.open.strip():
+            self.done.append(f"{self.speaker}: {self.open.strip()}")
+        self.speaker, self.open = None, ""
+
+    def note(self, line: str) -> None:
+        """A line of its own (tool calls, messages), after the open line."""
+        self.end_line()
+        self.done.append(line)
+
+    def show(self, status: str, now: float, force: bool = False) -> None:
+        self.status = status
+        every = STATUS_EVERY if self.tty else 1.0
+        if self.done or force or now - self._last_status >= every:
+            self._draw(status_due=force or now - self._last_status >= every)
+            if force or now - self._last_status >= every:
+                self._last_status = now
+
+    def close(self, status: str) -> None:
+        self.end_line()
+        self.status = status
+        self._draw(status_due=True)
+        if self.tty:
+            self.out.write("\n")
+        self.out.flush()
+
+    def _draw(self, status_due: bool) -> None:
+        if not self.tty:
+            for line in self.done:
+                self.out.write(line + "\n")
+            if status_due:
+                self.out.write(f"status: {self.status}\n")
+            self.done.clear()
+            self.out.flush()
+            return
+        width = max(20, shutil.get_terminal_size().columns)
+        # back to where the open line starts, clear to the end of the screen, draw again
+        self.out.write((f"\x1b[{self._rows}A" if self._rows else "") + "\r\x1b[J")
+        for line in self.done:
+            self.out.write(line + "\n")
+        self.done.clear()
+        self._rows = 0
+        if self.speaker is not None:
+            line = f"{self.speaker}: {self.open}"
+            self.out.write(line + "\n")
+            self._rows = max(1, math.ceil(len(line) / width))
+        self.out.write(self.status[:width - 1])
+        self.out.flush()
+
+
+def tool_lines(event) -> list[str]:
+    """What the terminal shows for a tool event of the function channel (issue 13's ToolEvent)."""
+    if event.kind == "call":
+        return [f"tool call: {c.name or '?'}({json.dumps(c.arguments, ensure_ascii=False)})" for c in event.calls]
+    if event.kind == "result":
+        return [f"tool result: {c.name or '?'} -> "
+                f"{json.dumps(c.result, ensure_ascii=False) if c.error is None else 'error: ' + c.error}"
+                for c in event.calls]
+    return []
+
+
+class LagGuard:
+    """Stops a call that falls more than ``max_lag`` seconds behind real time, without stopping one that holds the
+    user's audio on purpose: while a tool exchange runs, the session inserts the call and the response on the
+    timeline and queues the user's audio (issue 13). During an exchange the bound is not applied; after it, the
+    backlog the exchange left is allowed on top of ``max_lag``, and that allowance shrinks as the session catches
+    up. ``max_lag`` 0 never stops."""
+
+    def __init__(self, max_lag: float):
+        self.max_lag = max_lag
+        self.in_tool_exchange = False
+        self.allowance = 0.0
+
+    def tool_event(self, kind: str, lag: float) -> None:
+        if kind == "call_start":
+            self.in_tool_exchange = True
+        elif kind == "end":
+            self.in_tool_exchange = False
+            self.allowance = lag
+
+    def check(self, lag: float) -> None:
+        self.allowance = min(self.allowance, lag)
+        if self.max_lag <= 0 or self.in_tool_exchange or lag <= self.max_lag + self.allowance:
+            return
+        raise FellBehind(f"stopped: the model fell {lag:.1f} s behind real time on this machine (each 80 ms frame "
+                         f"takes longer than 80 ms to compute); use a faster machine or a smaller checkpoint, or "
+                         f"allow more delay with --max-lag")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one call
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LiveOptions:
+    model: str
+    demo: bool = False  # a tiny random-weight model instead of ``model`` (answers are noise)
+    system_prompt: str = ""
+    seed: int = 0
+    tools: Optional[str] = None  # "builtin": the built-in tools (issue 13)
+    input_device: Optional[str] = None  # None: the system's default; a number or part of a name
+    output_device: Optional[str] = None
+    save: Optional[Path] = None  # folder for conversation.wav (stereo) and conversation.json
+    input_file: Optional[Path] = None  # played as the microphone
+    output_file: Optional[Path] = None  # what the speaker would have played (only with input_file)
+    fast: bool = False  # input_file as fast as the session takes it (needs output_file)
+    tail: float = 4.0  # seconds of silence after input_file
+    seconds: Optional[float] = None  # stop after this many seconds of input
+    max_lag: float = DEFAULT_MAX_LAG  # 0: never stop for lag
+    offline: bool = False
+    tokenizer: Optional[str] = None
+
+
+def open_ends(o: LiveOptions):
+    """(source, sink): the microphone or the input file, the speaker or the virtual one. Runs before the model loads,
+    so a missing PortAudio, device or file fails at once."""
+    from .audio import read_audio
+
+    sd = import_sounddevice() if o.input_file is None or o.output_file is None else None
+    if o.input_file is not None:
+        samples, rate = read_audio(o.input_file)
+        source = FileMicrophone(samples, rate, o.tail, o.fast)
+    else:
+        source = Microphone(sd, *pick_device(sd, o.input_device, "input"))
+    sink = FileSpeaker(OUTPUT_RATE, o.fast) if o.output_file is not None else \
+        Speaker(sd, *pick_device(sd, o.output_device, "output"))
+    return source, sink
+
+
+def model_loader(o: LiveOptions, scratch: Path):
+    from .engine import demo_model, hub_model
+
+    return demo_model(scratch) if o.demo else hub_model(o.model, offline=o.offline)
+
+
+def wait_for_engine(engine, say: Callable[[str], None]) -> None:
+    """Block until the engine has loaded its model; show what it is doing (download progress, loading)."""
+    from .engine import FAILED, READY
+
+    shown = ""
+    while True:
+        status = engine.status()
+        if status.state == READY:
+            say(f"{status.message} (loaded in {status.load_seconds:.1f} s)")
+            return
+        if status.state == FAILED:
+            raise VoiceChatError(status.message)
+        if status.message != shown and (status.fraction is None or not shown.startswith("Downloading")):
+            say(status.message)
+            shown = status.message
+        time.sleep(0.1)
+
+
+class ctrl_c_stops:
+    """While active, the first Ctrl+C calls ``on_stop`` (a clean stop); a second one interrupts as usual."""
+
+    def __init__(self, on_stop: Callable[[], None]):
+        self.on_stop = on_stop
+        self.previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        signal.signal(signal.SIGINT, self.previous)
+        self.on_stop()
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class LiveCall:
+    """One conversation on the engine's live handle: moves audio both ways, draws the terminal, enforces the lag
+    bound, stops cleanly, and returns the Result."""
+
+    def __init__(self, live, source, sink, view: TerminalView, o: LiveOptions):
+        import soxr
+
+        self.live, self.source, self.sink, self.view, self.o = live, source, sink, view, o
+        self.to_model = None if source.rate == INPUT_RATE else \
+            soxr.ResampleStream(source.rate, INPUT_RATE, 1, dtype="float32")
+        self.to_speaker = None if sink.rate == OUTPUT_RATE else \
+            soxr.ResampleStream(OUTPUT_RATE, sink.rate, 1, dtype="float32")
+        self.stats = LiveStats()
+        self.guard = LagGuard(0.0 if o.fast else o.max_lag)
+        self.heard: list[np.ndarray] = []  # what the session was sent, at 16 kHz
+        self.sent_seconds = 0.0
+        self.backlog = 0.0  # the handle's last report
+        self.sent_at_backlog = 0.0
+        self.stop_requested = threading.Event()  # Ctrl+C
+        self.stop_reason = ""
+        self.error: Optional[VoiceChatError] = None
+        self.ending = False  # input is over (flushed or closed): only the session's last frames remain
+        self.closed = False
+
+    @property
+    def lag(self) -> float:
+        """Input the session has not consumed: its last report, plus what was sent since."""
+        return self.backlog + self.sent_seconds - self.sent_at_backlog
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+    def run(self):
+        self.wait_until_ready()
+        self.source.start()
+        self.sink.start()
+        with ctrl_c_stops(self.stop_requested.set):
+            while not self.closed:
+                self.handle(self.live.next_event(TICK))
+                if not self.ending:
+                    self.pump_input()
+                    self.check()
+                self.sink.tick()
+                self.view.show(self.status(), time.monotonic())
+        self.finish_output()
+        return self.live.result()
+
+    def wait_until_ready(self) -> None:
+        while True:
+            event = self.live.next_event(None)
+            if event.kind == "ready":
+                self.view.note(f"ready (system prompt: {event.prompt_frames} positions, set up in "
+                               f"{event.setup_seconds:.1f} s). Talk now; Ctrl+C stops.")
+                return
+            if event.kind in ("error", "closed"):
+                raise VoiceChatError(event.message or "the live session closed before it started")
+
+    def handle(self, event) -> None:
+        while event is not None:
+            if event.kind == "frames":
+                for frame in event.frames:
+                    self.show_frame(frame)
+                self.backlog, self.sent_at_backlog = event.backlog_seconds, self.sent_seconds
+            elif event.kind == "error":
+                self.error = self.error or VoiceChatError(event.message)
+                self.ending = True
+            elif event.kind == "closed":
+                self.closed = True
+                return
+            event = self.live.next_event(0)
+
+    def show_frame(self, frame) -> None:
+        self.stats.add(frame)
+        self.view.say("you", frame.transcript)
+        self.view.say("assistant", frame.text)
+        if self.o.tools is None:  # with tools, the calls show as tool lines
+            self.view.say("function", frame.function_text)
+        if frame.turn == "end" and self.view.speaker == "assistant":
+            self.view.end_line()
+        for event in frame.events:
+            self.guard.tool_event(event.kind, self.lag)
+            for line in tool_lines(event):
+                self.view.note(line)
+        audio = frame.audio if self.to_speaker is None else self.to_speaker.resample_chunk(frame.audio)
+        self.sink.buffer.write(audio)
+
+    def pump_input(self) -> None:
+        x = self.source.pull(self.lag)
+        if x.size == 0:
+            return
+        x = x if self.to_model is None else self.to_model.resample_chunk(x)
+        self.live.send(x, INPUT_RATE)
+        self.heard.append(x)
+        self.sent_seconds += x.size / INPUT_RATE
+
+    def check(self) -> None:
+        """Whatever ends the input: a stop, an error, the end of the file, the time limit."""
+        try:
+            self.source.check()
+            self.sink.check()
+            self.guard.check(self.lag)
+        except VoiceChatError as e:
+            self.error = e
+            self.stop_now("error")
+            return
+        if self.stop_requested.is_set():
+            self.stop_now("stopped (Ctrl+C)")
+        elif self.o.seconds is not None and self.sent_seconds >= self.o.seconds:
+            self.stop_now(f"stopped after {self.o.seconds:g} s")
+        elif self.source.finished:
+            self.stop_reason = "end of the input file"
+            self.ending = True
+            self.live.flush()  # the session answers what is left, then closes
+
+    def stop_now(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.ending = True
+        self.source.close()
+        self.live.close()
+
+    def finish_output(self) -> None:
+        """After the session closed: play out what is queued (a natural end) or cut it (a stop)."""
+        self.source.close()
+        if self.stop_reason == "end of the input file" and self.error is None:
+            self.sink.buffer.drain()
+            deadline = time.monotonic() + self.sink.buffer.buffered_seconds + 1.0
+            while self.sink.buffer.ring.available and time.monotonic() < deadline:
+                self.sink.tick()
+                time.sleep(TICK)
+        self.sink.close()
+
+    def status(self) -> str:
+        return status_line(self.stats, self.lag, self.sink.buffer.buffered_seconds, self.sink.buffer.underruns)
+
+    def summary(self) -> dict:
+        return {**self.stats.summary(), "stop": self.stop_reason, "lag_s": round(self.lag, 3),
+                "underruns": self.sink.buffer.underruns, "dropped_output_samples": self.sink.buffer.dropped,
+                "input_seconds": round(self.sent_seconds, 3),
+                "input_device": self.source.name, "output_device": self.sink.name}
+
+    def user_audio(self) -> np.ndarray:
+        return np.concatenate(self.heard) if self.heard else np.zeros(0, np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# saving and the whole command
+# ---------------------------------------------------------------------------------------------------------------
+def stereo_timeline(user: np.ndarray, user_rate: int, result) -> np.ndarray:
+    """[samples, 2] at the answer's rate: the user's audio left, the answer right, aligned on the 80 ms timeline
+    (the user's first sample is the start of timeline position ``prompt_frames``; the answer starts at
+    ``first_frame``)."""
+    from .audio import resample
+
+    left = resample(np.asarray(user, np.float32), user_rate, result.sample_rate)
+    right = np.asarray(result.audio, np.float32)
+    lead = (result.prompt_frames - result.first_frame) * round(result.frame_seconds * result.sample_rate)
+    left = np.concatenate([np.zeros(max(lead, 0), np.float32), left])
+    out = np.zeros((max(left.size, right.size), 2), np.float32)
+    out[:left.size, 0], out[:right.size, 1] = left, right
+    return out
+
+
+def live_json(result, o: LiveOptions, summary: dict) -> dict:
+    """conversation.json of a live call: texts, per-position ids and codes, timings, settings, the call's numbers."""
+    return {
+        "user_transcript": result.user_transcript, "assistant_text": result.text,
+        "function_text": result.function_text, "frame_seconds": result.frame_seconds,
+        "first_frame": result.first_frame, "prompt_frames": result.prompt_frames, "input_frames": result.input_frames,
+        "text_tokens": np.asarray(result.text_tokens).tolist(),
+        "function_tokens": np.asarray(result.function_tokens).tolist(),
+        "audio_codes": np.asarray(result.audio_codes).tolist(),
+        "answer_sample_rate": result.sample_rate, "timings_s": result.timings, "settings": result.settings,
+        "live": {**summary, "model": "demo" if o.demo else o.model, "system_prompt": o.system_prompt,
+                 "seed": o.seed, "tools": o.tools},
+    }
+
+
+def save_conversation(directory: Path, result, user: np.ndarray, o: LiveOptions, summary: dict) -> tuple[Path, Path]:
+    import soundfile as sf
+
+    from .audio import to_int16
+
+    directory.mkdir(parents=True, exist_ok=True)
+    wav, js = directory / "conversation.wav", directory / "conversation.json"
+    sf.write(str(wav), to_int16(stereo_timeline(user, INPUT_RATE, result)), result.sample_rate, subtype="PCM_16")
+    js.write_text(json.dumps(live_json(result, o, summary), indent=1, default=str) + "\n")
+    return wav, js
+
+
+def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: TextIO = None) -> dict:
+    """The whole ``live`` command: open the audio ends, load the model, talk, save. Returns the call's numbers;
+    raises VoiceChatError (after saving what there is) when the call ended on an error."""
+    from .audio import write_wav
+    from .engine import Engine, LiveRequest
+
+    messages = messages or sys.stderr
+    view = view or TerminalView()
+
+    def say(line: str) -> None:
+        print(line, file=messages, flush=True)
+
+    source, sink = open_ends(o)
+    if o.input_file is None:
+        say(HEADPHONES)
+    with tempfile.TemporaryDirectory(prefix="voicechat-live-") as scratch:
+        engine = Engine(model_loader(o, Path(scratch)), name="the demo model" if o.demo else o.model).start()
+        try:
+            wait_for_engine(engine, say)
+            live = engine.open_live(LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=tools_of(o)))
+            call = LiveCall(live, source, sink, view, o)
+            try:
+                result = call.run()
+            finally:
+                source.close()
+                sink.close()
+                live.close()
+            view.close(call.status())
+        finally:
+            engine.close()
+    summary = call.summary()
+    if o.output_file is not None:
+        write_wav(o.output_file, sink.audio(), sink.rate)
+        say(f"wrote {o.output_file} ({sink.audio().size / sink.rate:.2f} s at {sink.rate} Hz)")
+    if o.save is not None:
+        wav, js = save_conversation(o.save, result, call.user_audio(), o, summary)
+        say(f"saved {wav} and {js}")
+    say(f"{call.stop_reason or 'ended'}: {summary.get('frames', 0)} frames")
+    if call.error is not None:
+        raise call.error
+    return summary
+
+
+def tools_of(o: LiveOptions):
+    if o.tools is None:
+        return None
+    from .tools import BUILTIN_TOOLS
+
+    return BUILTIN_TOOLS
