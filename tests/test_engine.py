@@ -352,3 +352,105 @@ def test_close_cancels_waiting_jobs_and_stops_the_thread():
     assert not engine.thread.is_alive() and engine.status().state == eng.CLOSED
     with pytest.raises(eng.EngineFull):
         engine.submit(question())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# live conversations, on the real tiny model (the demo checkpoint)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    from voicechat.testing import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("demo") / "model", seed=0)
+
+
+@pytest.fixture
+def live_engine(demo_dir):
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo").start()
+    yield engine
+    engine.close()
+
+
+def live_events(live, until=eng.CLOSED, timeout=60.0) -> list:
+    events = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = live.next_event(timeout=0.5)
+        if event is not None:
+            events.append(event)
+            if event.kind == until:
+                return events
+    raise AssertionError(f"no {until} event within {timeout} s; got {[e.kind for e in events]}")
+
+
+def test_live_conversation_gives_the_sessions_frames(live_engine, demo_dir):
+    """Audio sent from another thread in 20 ms pieces of 24 kHz int16 comes back as the frames a session on the same
+    checkpoint gives for the same audio, each one as its 80 ms are complete; the result holds all of them."""
+    import soundfile as sf
+    import soxr
+    import voicechat
+
+    x, _ = sf.read(QUESTION, dtype="float32")
+    pcm = np.round(soxr.resample(x, 16000, 24000) * 32767).astype(np.int16)
+    live = live_engine.open_live(eng.LiveRequest(system_prompt="Be brief.", seed=3))
+
+    def speak():
+        for i in range(0, len(pcm), 480):
+            live.send(pcm[i:i + 480], 24000)
+        live.flush()
+
+    sender = threading.Thread(target=speak)
+    sender.start()
+    events = live_events(live)
+    sender.join()
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == [eng.QUEUED, eng.READY] and kinds[-1] == eng.CLOSED and eng.ERROR not in kinds
+    frames = [f for e in events if e.kind == eng.FRAMES for f in e.frames]
+    assert all(isinstance(f.audio, np.ndarray) and isinstance(f.codes, np.ndarray) for f in frames)
+    assert sum(1 for e in events if e.kind == eng.FRAMES) > 5  # frames came back while the audio was arriving
+
+    m = voicechat.load(demo_dir, offline=True)  # a second copy, on this thread
+    s = m.session("Be brief.", seed=3)
+    direct = s.feed(pcm, 24000) + s.flush()
+    assert [f.position for f in frames] == [f.position for f in direct]
+    assert [f.text_id for f in frames] == [f.text_id for f in direct]
+    assert np.array_equal(np.stack([f.codes for f in frames]), np.stack([f.codes for f in direct]))
+    r = live.result()
+    assert np.array_equal(r.audio_codes, s.result().audio_codes) and np.array_equal(r.audio, s.result().audio)
+
+
+def test_one_live_conversation_at_a_time(live_engine):
+    first = live_engine.open_live(eng.LiveRequest())
+    assert live_events(first, until=eng.READY)[-1].kind == eng.READY
+    with pytest.raises(eng.EngineBusy, match="already running"):
+        live_engine.open_live(eng.LiveRequest())
+    first.send(np.zeros(1280 * 3, np.float32), 16000)
+    first.close()  # stops at the next frame
+    assert live_events(first)[-1].kind == eng.CLOSED
+    assert first.result() is not None
+    second = live_engine.open_live(eng.LiveRequest())  # free again
+    second.close()
+    assert live_events(second)[-1].kind == eng.CLOSED
+
+
+def test_bad_live_audio_ends_the_conversation_with_a_message(live_engine):
+    live = live_engine.open_live(eng.LiveRequest())
+    live.send(np.array([0.0, np.nan] * 800, np.float32), 16000)
+    events = live_events(live)
+    errors = [e for e in events if e.kind == eng.ERROR]
+    assert len(errors) == 1 and "NaN" in errors[0].message and events[-1].kind == eng.CLOSED
+    ok = live_engine.open_live(eng.LiveRequest())  # the engine serves the next one
+    ok.send(np.zeros(1280 * 2, np.float32), 16000)
+    ok.flush()
+    assert any(e.kind == eng.FRAMES for e in live_events(ok))
+
+
+def test_a_live_conversation_waits_for_the_job_ahead(live_engine):
+    job = live_engine.submit(eng.Request(str(QUESTION), None))
+    live = live_engine.open_live(eng.LiveRequest())
+    first = live.next_event(timeout=TIMEOUT)
+    assert first.kind == eng.QUEUED and first.position == 1
+    assert [e.kind for e in job][-1] == eng.DONE
+    assert live_events(live, until=eng.READY)[-1].kind == eng.READY
+    live.close()
+    live_events(live)

@@ -12,7 +12,8 @@ import soundfile as sf
 from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, Cancelled, GenerationConfig
-from voicechat.loop import QUIET_FRAMES_AFTER_ANSWER, Run, Timeline, sample_text_token
+from voicechat.loop import QUIET_FRAMES_AFTER_ANSWER, answer_finished
+from voicechat.session import sample_text_token
 
 PROMPT = "You are a helpful assistant."
 SETTINGS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}  # GenerationConfig
@@ -36,8 +37,8 @@ def test_end_to_end_parity_with_nemo(run):
     name, tts = RUNS[run]
     ref = reference(run)
     noise = ReplayNoise(ref) if "tts.noise.gumbel" in ref else None
-    r = model(name).generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **tts),
-                             tts_noise=noise)
+    r = model(name)._generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **tts),
+                             noise=noise)
     assert np.array_equal(r.text_tokens, ref["stt.gen_text_full"][0])  # every position, prompt positions included
     assert np.array_equal(r.audio_codes, ref["out.gen_audio_codes"][0])  # frame 0 all zeros, prompt frames kept
     assert r.audio.shape == ref["out.audio"][0].shape
@@ -77,20 +78,22 @@ def test_app_mode_appends_silence_until_the_answer_ends_or_the_bound():
 
 
 def test_stop_rule():
-    run = Run.__new__(Run)
-    run.cfg = model("tiny_model").config
-    pad, eos, word = run.cfg.pad_id, run.cfg.eos_id, 300
+    cfg = model("tiny_model").config
+    pad, eos, word = cfg.pad_id, cfg.eos_id, 300
     quiet = QUIET_FRAMES_AFTER_ANSWER
-    text = np.array([pad, pad] + [pad, word, word, eos] + [pad] * 40)  # 2 prompt positions, EOS at position 5
-    heard = Timeline(prompt=2, encoder_frames=40, valid_frames=40, input_frames=3)  # recording over after position 4
-    assert not run.answer_finished(text, 5 + quiet - 1, heard)  # only quiet - 1 quiet frames so far
-    assert run.answer_finished(text, 5 + quiet, heard)
-    hearing = Timeline(prompt=2, encoder_frames=40, valid_frames=40, input_frames=20)
-    assert not run.answer_finished(text, 5 + quiet, hearing)  # the user may still be talking
-    assert run.answer_finished(text, 2 + 20, hearing)
-    text[5 + quiet + 1] = word  # the assistant speaks again after its EOS
-    assert not run.answer_finished(text, 2 + 20, hearing)
-    assert not run.answer_finished(np.full(46, pad), 30, heard)  # never spoke: the appended silence bounds it
+    text = [pad, pad] + [pad, word, word, eos] + [pad] * 40  # 2 prompt positions, EOS at position 5
+
+    def finished(t, heard, ids=text):
+        return answer_finished(ids, t, heard, pad, eos, prompt=2)
+
+    assert not finished(5 + quiet - 1, heard=2 + 3)  # only quiet - 1 quiet frames so far
+    assert finished(5 + quiet, heard=2 + 3)
+    assert not finished(5 + quiet, heard=2 + 20)  # the user may still be talking
+    assert finished(2 + 20, heard=2 + 20)
+    again = list(text)
+    again[5 + quiet + 1] = word  # the assistant speaks again after its EOS
+    assert not finished(2 + 20, heard=2 + 20, ids=again)
+    assert not finished(30, heard=5, ids=[pad] * 46)  # never spoke: the appended silence bounds it
 
 
 def test_seeded_runs_are_identical_and_seeds_matter():
@@ -156,26 +159,21 @@ def test_progress_is_reported_per_frame_and_can_cancel():
     with pytest.raises(Cancelled):
         model("tiny_model").generate(HARNESS_WAV, system_prompt=PROMPT,
                                      config=GenerationConfig(reference=True, **GREEDY), progress=progress)
-    assert seen[:2] == [(0, 11 + 27, "perception"), (0, 39, "prompt")]  # announced before they run
-    frames = seen[2:]
+    assert seen[0] == (0, 39, "prompt")  # announced before the prompt's work runs
+    frames = seen[1:]
     assert [d for d, _, _ in frames] == list(range(1, 16))  # every timeline frame (the TTS runs on prompt frames too)
     assert {(t, s) for _, t, s in frames} == {(39, "frames")}
 
 
-def test_the_transcript_stage_is_announced_and_can_cancel(tmp_path):
+def test_the_transcript_comes_frame_by_frame(tmp_path):
+    """The RNNT runs on each frame as it is heard: the per-frame pieces add up to the final transcript."""
     from voicechat.testing import write_checkpoint
 
-    stages = []
-
-    def progress(done, total, update):
-        stages.append(update.stage)
-        if update.stage == "transcript":
-            raise Cancelled("stop")
-
     m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))  # has an RNNT head
-    with pytest.raises(Cancelled):
-        m.generate(HARNESS_WAV, config=GenerationConfig(extra_seconds=0.0), progress=progress)
-    assert stages[0] == "perception" and stages[-1] == "transcript" and stages.count("frames") == 28
+    session = m.session()
+    pieces = [f.transcript for f in session.feed(sf.read(HARNESS_WAV, dtype="float32")[0], 16000) + session.flush()]
+    assert "".join(pieces) == session.transcript == session.result().user_transcript != ""
+    assert sum(1 for p in pieces if p) > 1  # it grows while the recording plays
 
 
 def test_release_layout_runs_every_channel(tmp_path):
@@ -219,7 +217,7 @@ def test_compiled_frame_functions_keep_parity(run, monkeypatch):
     m = voicechat.load(NEMO / name)  # a fresh model: compiled functions are built on its first frame
     ref = reference(run)
     noise = ReplayNoise(ref) if "tts.noise.gumbel" in ref else None
-    r = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **tts), tts_noise=noise)
+    r = m._generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(reference=True, **tts), noise=noise)
     assert type(m.net.stt_model.llm._compiled.functions["decode"]).__name__ != "method"  # really compiled
     assert np.array_equal(r.text_tokens, ref["stt.gen_text_full"][0])
     assert np.array_equal(r.audio_codes, ref["out.gen_audio_codes"][0])

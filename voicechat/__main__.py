@@ -136,10 +136,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("repo", nargs="?", default=DEFAULT_MODEL,
                    help="repo id; supported: " + ", ".join(SUPPORTED_CHECKPOINTS))
     d.set_defaults(func=cmd_download)
-    b = sub.add_parser("bench", help="per-frame speed of a checkpoint (see voicechat/benchmarks/frame.py)")
-    b.add_argument("--model", default=DEFAULT_MODEL)
-    b.add_argument("--frames", type=int, default=50, help="timeline frames to time (default 50)")
-    b.add_argument("--json", help="write the numbers here")
+    b = sub.add_parser("bench", help="per-frame speed of a checkpoint, offline and streaming (voicechat/benchmarks/frame.py)")
+    from .benchmarks.frame import add_arguments
+
+    add_arguments(b)
     b.set_defaults(func=cmd_bench)
     return p
 

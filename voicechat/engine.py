@@ -10,6 +10,9 @@ progress callback raises :class:`~voicechat.errors.Cancelled`) and removes a wai
     job = engine.submit(Request("question.wav", None, system_prompt="Be brief.", seed=0))
     for event in job:
         print(event.kind, event.done, event.total)
+
+A live conversation (:meth:`Engine.open_live`) is a job too: it holds the engine from its start to its end, takes
+audio from any thread (``Live.send``) and gives the session's frames back as they are finished.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a
 
 class EngineFull(VoiceChatError):
     """Too many jobs are already waiting."""
+
+
+class EngineBusy(VoiceChatError):
+    """A live conversation is already open (one model holds one at a time)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,104 @@ class Job:
                 self.finished.set()
 
 
+# Live-conversation event kinds. CLOSED ends the conversation (after an ERROR too).
+READY, FRAMES, CLOSED = "ready", "frames", "closed"
+
+
+@dataclass(frozen=True)
+class LiveRequest:
+    system_prompt: str = ""
+    seed: int = 0
+    speaker: Any = None  # None (the checkpoint's voice), a speaker name or a WAV path
+    config: Any = None  # voicechat.config.GenerationConfig (None = the model's defaults)
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    kind: str  # QUEUED, READY, FRAMES, ERROR, CLOSED
+    frames: tuple = ()  # FRAMES: voicechat.session.Frame objects (numpy only)
+    backlog_seconds: float = 0.0  # FRAMES: audio received and not yet turned into frames
+    setup_seconds: float = 0.0  # READY: what starting the session took (prompt, TTS warm-up)
+    prompt_frames: int = 0  # READY
+    position: int = 0  # QUEUED: jobs ahead of this one
+    message: str = ""  # ERROR: one line for the user
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind == CLOSED
+
+
+class Live(Job):
+    """A live conversation on the engine thread: ``send`` audio from any thread (it never blocks), read
+    :class:`LiveEvent`\\ s; ``flush`` ends the input, ``close`` stops at the next frame. After CLOSED, ``result()``
+    is the whole conversation (numpy)."""
+
+    def __init__(self, engine: "Engine", job_id: int, request: LiveRequest, owner: Optional[str]):
+        super().__init__(engine, job_id, request, owner)
+        self._inbox: Queue = Queue()
+        self._lock = threading.Lock()
+        self._received = 0.0  # seconds of audio sent
+        self._consumed = 0.0  # seconds of it fed to the session
+        self._result: Optional[Result] = None
+
+    def send(self, samples: np.ndarray, sample_rate: int) -> None:
+        samples = np.array(samples, copy=True)
+        with self._lock:
+            self._received += len(samples) / sample_rate
+        self._inbox.put(("audio", samples, int(sample_rate)))
+
+    def flush(self) -> None:
+        self._inbox.put(("flush",))
+
+    def close(self) -> None:
+        self.cancel()
+        self._inbox.put(("close",))
+
+    @property
+    def backlog_seconds(self) -> float:
+        with self._lock:
+            return max(0.0, self._received - self._consumed)
+
+    def result(self) -> Optional[Result]:
+        """The conversation, once CLOSED (None if it never started)."""
+        return self._result
+
+    # ---- the engine thread ----------------------------------------------------------------------------------
+    def _messages(self, timeout: float) -> list:
+        """What arrived: waits up to ``timeout`` for the first message, then takes all that are there."""
+        try:
+            out = [self._inbox.get(timeout=timeout)]
+        except Empty:
+            return []
+        while True:
+            try:
+                out.append(self._inbox.get_nowait())
+            except Empty:
+                return out
+
+    def _execute(self, model) -> None:
+        request: LiveRequest = self.request
+        session = model.session(request.system_prompt, request.seed, request.speaker, request.config)
+        self._emit(LiveEvent(READY, setup_seconds=session.setup_seconds, prompt_frames=session.prompt_frames))
+        try:
+            while not self.cancel_requested and not session.ended:
+                for message in self._messages(timeout=0.05):
+                    if message[0] == "audio":
+                        frames = session.feed(message[1], message[2])
+                        with self._lock:
+                            self._consumed += len(message[1]) / message[2]
+                    elif message[0] == "flush":
+                        frames = session.flush()
+                    else:
+                        break
+                    if frames:
+                        self._emit(LiveEvent(FRAMES, frames=tuple(frames), backlog_seconds=self.backlog_seconds))
+                    if self.cancel_requested:
+                        break
+        finally:
+            self._result = host_result(session.result())
+
+
 class Engine:
     """One background thread that loads the model, then runs jobs in submission order."""
 
@@ -169,16 +274,27 @@ class Engine:
 
     def submit(self, request: Request, *, owner: Optional[str] = None) -> Job:
         """Queue a request; the job's first event says how many jobs are ahead of it."""
+        return self._enqueue(Job, request, owner)
+
+    def _enqueue(self, kind: type, request: Any, owner: Optional[str]) -> Job:
         with self._lock:
             if self._closing:
                 raise EngineFull("the engine is shutting down")
             if len(self._waiting) >= self.max_waiting:
                 raise EngineFull(f"{len(self._waiting)} requests are already waiting; try again in a minute")
-            job = Job(self, self._next_id, request, owner)
+            job = kind(self, self._next_id, request, owner)
             self._next_id += 1
             self._waiting.append(job)
-            job._emit(Event(QUEUED, position=len(self._waiting) - 1 + (self._running is not None)))
+            job._emit(job_queued(job, len(self._waiting) - 1 + (self._running is not None)))
             self._lock.notify_all()
+        return job
+
+    def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> Live:
+        """Queue a live conversation; it starts when the jobs ahead of it are done. Only one at a time."""
+        with self._lock:
+            if any(isinstance(j, Live) and not j.finished.is_set() for j in (self._running, *self._waiting)):
+                raise EngineBusy("a live conversation is already running; try again when it has ended")
+        job = self._enqueue(Live, request, owner)
         return job
 
     def cancel_owner(self, owner: str) -> int:
@@ -212,7 +328,7 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(Event(CANCELLED, message="Cancelled while waiting."))
+        job._emit(LiveEvent(CLOSED) if isinstance(job, Live) else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:
@@ -222,7 +338,7 @@ class Engine:
         """Tell every waiting job how many are ahead of it (call with the lock held)."""
         ahead = self._running is not None
         for i, job in enumerate(self._waiting):
-            job._emit(Event(QUEUED, position=ahead + i))
+            job._emit(job_queued(job, ahead + i))
 
     # ---- the engine thread ----------------------------------------------------------------------------------
     def _main(self) -> None:
@@ -235,7 +351,11 @@ class Engine:
                 if self.model is None:
                     self._load()  # retry: the network may be back, or the files downloaded meanwhile
                 if self.model is None:
-                    job._emit(Event(ERROR, message=self.status().message))
+                    job._emit((LiveEvent if isinstance(job, Live) else Event)(ERROR, message=self.status().message))
+                    if isinstance(job, Live):
+                        job._emit(LiveEvent(CLOSED))
+                elif isinstance(job, Live):
+                    self._run_live(job)
                 else:
                     self._run(job)
             finally:
@@ -301,9 +421,25 @@ class Engine:
             job._emit(Event(DONE, answer=answer))
 
 
+    def _run_live(self, live: Live) -> None:
+        try:
+            if not live.cancel_requested:
+                live._execute(self.model)
+        except VoiceChatError as e:
+            live._emit(LiveEvent(ERROR, message=str(e)))
+        except Exception as e:  # a bug: report it in one line, keep serving
+            traceback.print_exc(file=sys.stderr)
+            live._emit(LiveEvent(ERROR, message=f"Engine error: {type(e).__name__}: {e}"))
+        live._emit(LiveEvent(CLOSED))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # what leaves the engine thread
 # ---------------------------------------------------------------------------------------------------------------
+def job_queued(job: Job, ahead: int):
+    return LiveEvent(QUEUED, position=ahead) if isinstance(job, Live) else Event(QUEUED, position=ahead)
+
+
 def host_result(result: Result) -> Result:
     """The result with every array field as numpy (evaluated here, on the thread that owns the arrays)."""
     arrays = {f.name: np.asarray(getattr(result, f.name)) for f in dataclasses.fields(result)

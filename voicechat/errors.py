@@ -34,3 +34,7 @@ class FellBehind(VoiceChatError):
 
 class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
+
+
+class TimelineFull(VoiceChatError):
+    """A conversation that would pass the session's timeline limit."""

@@ -1,13 +1,20 @@
-"""Per-frame speed of a checkpoint: ``python -m voicechat bench --model M [--frames N] [--json out.json]``.
+"""Per-frame speed of a checkpoint: ``python -m voicechat bench --model M [--frames N] [--minutes X] [--json out.json]``.
 
-Prints load time, prompt prefill time, and per 80 ms frame: perception, RNNT, LLM, TTS, codec and total (mean, p50,
-p95), the real-time factor, the number of MLX graph nodes one frame evaluates, and peak memory. Works on any
-checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.testing``).
+Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.testing``):
 
-The input is ``--frames`` x 80 ms of the harness question (repeated) after the system prompt "You are a helpful
-assistant."; the run uses the checkpoint's TTS sampling and app mode with exactly that input (no appended silence).
-Timings: the unprofiled runs give the true per-frame wall time (from the progress callback); one extra run syncs at
-every stage boundary and gives the split (its sums run a little above the unprofiled total).
+* load time, the prompt prefill (one call) and the session's setup (prefill, TTS warm-up, TTS over the prompt);
+* the offline loop (``generate`` on ``--frames`` x 80 ms of input): per 80 ms frame mean / p50 / p95 / p99 / max,
+  and one profiled run's split per network (a host sync at every stage boundary, so its sums run a little high);
+* the streaming session fed 80 ms at a time, as a microphone would: per-frame compute and the latency from a
+  completed 80 ms input frame to its output samples (the ``feed`` call that completes it);
+* with ``--minutes``, one long session (the same 80 ms feeding): per-frame p50 / p95 / p99 / max over the whole of
+  it, the frames over 1.5x and 2x the median and where they were, and memory: peak, and active memory per minute;
+* graph nodes of one frame per network, and peak memory.
+
+Workload (``--workload``): ``speech`` (default) scripts the text channel as speech has it, a new subword id every 4
+frames from the checkpoint's vocabulary (the words of a fixed English paragraph), so the TTS character encoder runs
+as it does on real answers; ``model`` keeps whatever the checkpoint's (random) LLM says. The input is the harness
+question repeated, after the system prompt "You are a helpful assistant."; app mode, the checkpoint's TTS sampling.
 """
 
 from __future__ import annotations
@@ -27,9 +34,14 @@ from . import count_ops, peak_memory_gb
 
 PROMPT = "You are a helpful assistant."
 FRAME = 0.08
+RATE = 16000
+WORDS_EVERY = 4  # frames between subword ids in speech (about 3 ids per second at 12.5 frames per second)
+PARAGRAPH = ("The capital of France is Paris. It sits on the Seine, in the north of the country, and about two million "
+             "people live in the city itself. Most visitors come for the museums, the food and the long walks by the "
+             "river, and many of them stay for more than a week.")
 
 
-def bench_input(frames: int, rate: int = 16000) -> np.ndarray:
+def bench_input(frames: int, rate: int = RATE) -> np.ndarray:
     """``frames`` x 80 ms of speech-like input: the harness question repeated (a chirp if it is not at hand)."""
     n = round(frames * FRAME * rate)
     wav = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nemo" / "question_16k.wav"
@@ -44,114 +56,188 @@ def bench_input(frames: int, rate: int = 16000) -> np.ndarray:
     return np.resize(x, n).astype(np.float32)
 
 
+def speech_script(model, prompt_frames: int):
+    """The text channel of the ``speech`` workload: after the prompt, a new subword id of the paragraph every
+    ``WORDS_EVERY`` frames (the paragraph again when it runs out), pad between; the function channel as the model
+    says. -> script(t, text_id, function_id) for the session's seam."""
+    ids = model.tokenizer.encode(PARAGRAPH)
+    pad = model.config.pad_id
+
+    def script(t: int, text_id: int, function_id: int) -> tuple[int, int]:
+        k = t - prompt_frames
+        if k < 0 or k % WORDS_EVERY:
+            return pad, function_id
+        return ids[(k // WORDS_EVERY) % len(ids)], function_id
+
+    return script
+
+
 def stats(values: list[float]) -> dict:
     ms = sorted(v * 1e3 for v in values)
     if not ms:
-        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "n": 0}
-    return {"mean": statistics.fmean(ms), "p50": statistics.median(ms),
-            "p95": ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))], "n": len(ms)}
+        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "n": 0}
+
+    def pick(q):
+        return ms[min(len(ms) - 1, round(q * (len(ms) - 1)))]
+
+    return {"mean": statistics.fmean(ms), "p50": statistics.median(ms), "p95": pick(0.95), "p99": pick(0.99),
+            "max": ms[-1], "n": len(ms)}
 
 
 def frame_ops(model) -> dict:
     """Graph nodes of one timeline frame per network (parameters and state evaluated first)."""
-    from ..loop import tts_settings
-    from ..config import GenerationConfig
+    from ..session import Session
     from ..stt import lm
-    from ..tts.eartts import warmup_inputs
-    from ..tts.mog import KeyNoise
 
-    c, net = model.config, model.net
-    state = lm.LMState(net.stt_model, c)
-    audio = mx.zeros((1, c.llm.hidden_size))
+    s = Session(model, PROMPT)
+    c, stt = model.config, s.stt
+    audio = mx.zeros((c.llm.hidden_size,))
     prev = mx.array([c.pad_id])
-    mx.eval(state.arrays)
-    text, func = lm.step(net.stt_model, c, state, audio, prev, prev if net.stt_model.function_head is not None else None)
-    llm_ops = count_ops(text, *([func] if func is not None else []), *state.arrays)
-    mx.eval(text, state.arrays)
-    codes = model._warmup_codec_codes(None)
-    tts_state, _ = net.tts_model.tts_model.warmup(warmup_inputs(codes, c.pad_id, c.eos_id, c.tts.speech_pad_id),
-                                                  net.tts_model.audio_prompt_latents.get(c.speaker_name), KeyNoise(0))
-    s = tts_settings(c, GenerationConfig())
-    frame = net.tts_model.tts_model.step(tts_state, mx.array(codes[-1]), c.pad_id, s.guidance_scale, s.top_p, s.top_k,
-                                         s.noise_scale)
-    tts_ops = count_ops(frame, *tts_state.arrays())
-    mx.eval(frame, tts_state.arrays())
-    codec = net.tts_model.audio_codec
-    codec_ops = count_ops(*codec.decode_frame(frame.reshape(1, 1, -1), *codec.decoder.initial_histories(1)))
-    return {"llm": llm_ops, "tts": tts_ops, "codec": codec_ops, "total": llm_ops + tts_ops + codec_ops}
+    text, func = lm.step(stt, c, s.lm_state, audio[None], prev, prev if stt.function_head is not None else None)
+    llm_ops = count_ops(text, *([func] if func is not None else []), *s.lm_state.arrays)
+    mx.eval(text, s.lm_state.arrays)
+    x = bench_input(2)
+    projected, encoded = s.listener.push(x)
+    perception_ops = count_ops(projected, encoded, *s.listener.arrays())
+    mx.eval(projected, encoded, s.listener.arrays())
+    st = s.settings
+    codes = s.tts.tts_model.step(s.tts_state, s.prev_code, 300, st.guidance_scale, st.top_p, st.top_k, st.noise_scale)
+    tts_ops = count_ops(codes, *s.tts_state.arrays())
+    mx.eval(codes, s.tts_state.arrays())
+    codec = s.tts.audio_codec
+    codec_ops = count_ops(*codec.decode_frame(codes.reshape(1, 1, -1), *codec.decoder.initial_histories(1)))
+    per = {"perception (2 frames)": perception_ops, "llm": llm_ops, "tts": tts_ops, "codec": codec_ops}
+    per["total"] = perception_ops // 2 + llm_ops + tts_ops + codec_ops
+    return per
 
 
-def run(model_spec: str, frames: int, runs: int) -> dict:
-    from .. import GenerationConfig, load
+def offline(model, x: np.ndarray, runs: int, workload: str) -> dict:
+    """``generate`` on the whole input: per-frame wall times (from the progress callback) and a profiled split."""
+    from .. import GenerationConfig
+
+    cfg = GenerationConfig(extra_seconds=0.0)
+    p = model.prompt_length(PROMPT)
+    script = speech_script(model, p) if workload == "speech" else None
+
+    def run(seed, progress=None, profile=False):
+        return model._generate(x, RATE, system_prompt=PROMPT, seed=seed, config=cfg, progress=progress,
+                               profile=profile, script=script)
+
+    run(0)  # warm-up (compiles, caches)
+    walls, totals = [], []
+    for i in range(runs):
+        stamps = []
+        t0 = time.perf_counter()
+        result = run(i, progress=lambda d, t, u: stamps.append(time.perf_counter()))
+        totals.append(time.perf_counter() - t0)
+        walls += list(np.diff(stamps)[p + 1:])  # frames after the prompt (the first stamp is the announcement)
+    calls = run(0, profile=True).stage_calls
+    return {"frames": stats(walls), "wall_per_generate_s": statistics.median(totals),
+            "timeline_frames": len(result.text_tokens) + p, "prompt_frames": p,
+            "prompt_prefill_ms": 1e3 * sum(calls.get("prompt prefill", [0.0])),
+            "split": {k: stats(calls.get(k, [])) for k in ("llm", "tts", "codec", "transcript")}}
+
+
+def live(model, x: np.ndarray, workload: str, seed: int = 0) -> dict:
+    """A session fed 80 ms at a time: each feed completes one frame; its duration is the latency from the completed
+    input frame to its samples, and the frame's own compute."""
+    from ..session import Session
+
+    t0 = time.perf_counter()
+    p = model.prompt_length(PROMPT)
+    s = Session(model, PROMPT, seed, script=speech_script(model, p) if workload == "speech" else None)
+    setup = time.perf_counter() - t0
+    step = round(FRAME * RATE)
+    latency, computed = [], []
+    mx.reset_peak_memory()
+    start_memory = mx.get_active_memory()
+    memory = []  # (minutes of input, active GB)
+    for i in range(0, len(x) - step + 1, step):
+        t0 = time.perf_counter()
+        frames = s.feed(x[i:i + step], RATE)
+        if frames:
+            latency.append(time.perf_counter() - t0)
+            computed += [f.seconds["total"] for f in frames]
+        if (i // step) % 750 == 749:  # each minute of input
+            memory.append(((i + step) / RATE / 60, mx.get_active_memory() / 1e9))
+    times = computed
+    median = statistics.median(times) if times else 0.0
+    slow = [(j, round(t * 1e3, 1)) for j, t in enumerate(times) if t > 1.5 * median]
+    return {"setup_s": setup, "frames": stats(times), "latency": stats(latency),
+            "over_1.5x_median": len(slow), "over_2x_median": sum(1 for t in times if t > 2 * median),
+            "slowest": sorted(slow, key=lambda a: -a[1])[:10],
+            "memory_gb": {"start_active": start_memory / 1e9, "peak": peak_memory_gb(), "per_minute": memory}}
+
+
+def run(model_spec: str, frames: int, runs: int, minutes: float, workload: str) -> dict:
+    from .. import load
 
     mx.reset_peak_memory()
     t0 = time.perf_counter()
     model = load(model_spec)
     load_s = time.perf_counter() - t0
+    weights_gb = mx.get_active_memory() / 1e9
     x = bench_input(frames)
-    cfg = GenerationConfig(extra_seconds=0.0)
-    model.generate(x, 16000, system_prompt=PROMPT, seed=0, config=cfg)  # warm-up (compiles, caches)
-    frame_walls, totals = [], []
-    result = None
-    for i in range(runs):
-        stamps = []
-        t0 = time.perf_counter()
-        result = model.generate(x, 16000, system_prompt=PROMPT, seed=i, config=cfg,
-                                progress=lambda d, t, u: stamps.append(time.perf_counter()))
-        totals.append(time.perf_counter() - t0)
-        frame_walls += list(np.diff(stamps)[result.prompt_frames:])  # frames after the prompt
-    profiled = model.generate(x, 16000, system_prompt=PROMPT, seed=0, config=cfg, profile=True)
-    steps = len(profiled.text_tokens)
-    calls = profiled.stage_calls
-    once = {k: sum(calls.get(k, [])) / steps for k in ("perception", "transcript", "tts warm-up")}
-    out = {
-        "model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
-        "load_s": load_s, "prompt_frames": result.prompt_frames, "timeline_frames": steps + result.prompt_frames,
-        "prompt_prefill_ms": 1e3 * sum(calls.get("prompt prefill", [0.0])),
-        "per_frame_ms": {
-            "perception (once, per frame)": {"mean": 1e3 * once["perception"]},
-            "rnnt (once, per frame)": {"mean": 1e3 * once["transcript"]},
-            "tts warm-up (once, per frame)": {"mean": 1e3 * once["tts warm-up"]},
-            "llm": stats(calls.get("llm", [])[1:]),
-            "tts": stats(calls.get("tts", [])),
-            "codec": stats(calls.get("codec", [])[:-1]),
-            "total (unprofiled)": stats(frame_walls),
-        },
-        "wall_per_generate_s": statistics.median(totals),
-        "ops_per_frame": frame_ops(model),
-        "peak_memory_gb": peak_memory_gb(),
-    }
-    total = out["per_frame_ms"]["total (unprofiled)"]["mean"]
-    out["realtime_factor"] = total / (FRAME * 1e3)
+    out = {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
+           "workload": workload, "load_s": load_s, "weights_gb": weights_gb}
+    out["offline"] = offline(model, x, runs, workload)
+    live(model, bench_input(8), workload)  # warm-up of the session's shapes
+    out["session"] = live(model, x, workload)
+    if minutes:
+        out["long_session"] = {"minutes": minutes, **live(model, bench_input(round(minutes * 60 / FRAME)), workload)}
+    out["ops_per_frame"] = frame_ops(model)
+    out["peak_memory_gb"] = peak_memory_gb()
+    out["session_vs_offline"] = out["session"]["frames"]["mean"] / max(out["offline"]["frames"]["mean"], 1e-9)
+    out["realtime_factor"] = out["session"]["frames"]["mean"] / (FRAME * 1e3)
     return out
 
 
 def print_table(r: dict) -> None:
-    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  BLAS {r['blas']}")
-    print(f"load {r['load_s']:.2f} s   prompt prefill ({r['prompt_frames']} positions, one call) "
-          f"{r['prompt_prefill_ms']:.1f} ms   timeline {r['timeline_frames']} frames")
-    print(f"{'per 80 ms frame':32s} {'mean':>9s} {'p50':>9s} {'p95':>9s}")
-    for name, s in r["per_frame_ms"].items():
-        cells = [f"{s[k]:9.2f}" if k in s else f"{'':9s}" for k in ("mean", "p50", "p95")]
-        print(f"{name:32s} {' '.join(cells)}  ms")
+    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  BLAS {r['blas']}  workload {r['workload']}")
+    o, s = r["offline"], r["session"]
+    print(f"load {r['load_s']:.2f} s ({r['weights_gb']:.2f} GB)   prompt prefill ({o['prompt_frames']} positions, one "
+          f"call) {o['prompt_prefill_ms']:.1f} ms   session setup {s['setup_s'] * 1e3:.0f} ms   "
+          f"offline timeline {o['timeline_frames']} frames")
+    print(f"{'per 80 ms frame, ms':34s} {'mean':>8s} {'p50':>8s} {'p95':>8s} {'p99':>8s} {'max':>8s}")
+    rows = {"offline loop": o["frames"], "session, 80 ms feeds": s["frames"],
+            "session latency (input->samples)": s["latency"]}
+    if "long_session" in r:
+        rows[f"long session ({r['long_session']['minutes']:g} min)"] = r["long_session"]["frames"]
+    rows.update({f"  offline split: {k}": v for k, v in o["split"].items() if v["n"]})
+    for name, st in rows.items():
+        print(f"{name:34s} " + " ".join(f"{st[k]:8.2f}" for k in ("mean", "p50", "p95", "p99", "max")))
+    print(f"session / offline per frame {r['session_vs_offline']:.2f}x   real-time factor {r['realtime_factor']:.3f}")
+    if "long_session" in r:
+        ls = r["long_session"]
+        mem = ls["memory_gb"]
+        print(f"long session: {ls['over_1.5x_median']} frames over 1.5x the median, {ls['over_2x_median']} over 2x; "
+              f"slowest (frame, ms) {ls['slowest'][:5]}")
+        print(f"  memory: active at start {mem['start_active']:.2f} GB, peak {mem['peak']:.2f} GB, active per minute "
+              + ", ".join(f"{m:g} min {g:.2f} GB" for m, g in mem["per_minute"]))
     ops = r["ops_per_frame"]
-    print(f"real-time factor {r['realtime_factor']:.3f} (per-frame time / 80 ms)   graph nodes per frame: "
-          f"LLM {ops['llm']}, TTS {ops['tts']}, codec {ops['codec']}, total {ops['total']}")
+    print("graph nodes per frame: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
     print(f"peak memory {r['peak_memory_gb']:.2f} GB")
 
 
 def main(args=None) -> int:
     if args is None:
         p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--model", required=True)
-        p.add_argument("--frames", type=int, default=50)
-        p.add_argument("--json")
+        add_arguments(p)
         args = p.parse_args()
-    r = run(args.model, args.frames, getattr(args, "runs", 3))
+    r = run(args.model, args.frames, args.runs, args.minutes, args.workload)
     print_table(r)
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))
     return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True)
+    p.add_argument("--frames", type=int, default=50, help="80 ms input frames per run (default 50)")
+    p.add_argument("--runs", type=int, default=3, help="timed offline runs (default 3)")
+    p.add_argument("--minutes", type=float, default=0.0, help="also one long session of this many minutes")
+    p.add_argument("--workload", choices=("speech", "model"), default="speech")
+    p.add_argument("--json")
 
 
 if __name__ == "__main__":

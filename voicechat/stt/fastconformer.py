@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
@@ -146,16 +147,18 @@ def relative_positional_encoding(positions: mx.array, d_model: int) -> mx.array:
 class AttentionContext:
     """Everything the layers of one forward share: the key band, its positional encodings and the masks.
 
-    Queries come in blocks of ``block`` frames; block n's queries n*block + a see keys n*block - left + c for
-    c in [0, span), span = block + left + right. ``pos_emb`` [left + right + 1, d_model] holds the encodings of
-    the distances i - j = left, left - 1, ..., -right. ``allowed`` [B, 1, blocks, block, span] is NeMo's attention
-    mask (context rule AND query and key inside the valid length) in that layout; ``valid`` [B, T, 1] marks
-    frames inside the length."""
+    The forward computes ``T`` new frames at absolute positions start .. start + T - 1; ``history`` earlier frames'
+    keys and values (a stream's cache) come before them. Queries come in blocks of ``block`` frames; block n's
+    queries start + n*block + a see keys start + n*block - left + c for c in [0, span), span = block + left + right.
+    ``pos_emb`` [left + right + 1, d_model] holds the encodings of the distances i - j = left, left - 1, ..., -right.
+    ``allowed`` [B, 1, blocks, block, span] is NeMo's attention mask (context rule AND query and key at or after 0 and
+    inside the valid length) in that layout; ``valid`` [B, T, 1] marks new frames inside the length."""
 
     left: int
     right: int
     block: int
     blocks: int
+    history: int
     pos_emb: mx.array
     allowed: mx.array
     valid: mx.array
@@ -165,26 +168,31 @@ class AttentionContext:
         return self.block + self.left + self.right
 
 
-def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array) -> AttentionContext:
-    left, right = context_reach(cfg, length)
+def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start: int = 0,
+                      history: int = 0) -> AttentionContext:
+    """The context of ``length`` new frames from absolute position ``start`` (``history`` cached frames before
+    them); ``lengths`` [B] are the valid lengths, absolute."""
+    left, right = context_reach(cfg, start + length)
     block = max(1, min(QUERY_BLOCK, length))
     blocks = -(-length // block)
     span = block + left + right
-    starts = mx.arange(blocks)[:, None, None] * block
+    starts = start + mx.arange(blocks)[:, None, None] * block
     i = starts + mx.arange(block)[None, :, None]  # [blocks, block, 1]
     j = starts - left + mx.arange(span)[None, None, :]  # [blocks, 1, span]
     lengths = lengths.astype(mx.int32)
     per_item = lengths[:, None, None, None]
-    allowed = context_allows(cfg, i, j)[None] & (i[None] < per_item) & (j[None] >= 0) & (j[None] < per_item)
+    allowed = (context_allows(cfg, i, j)[None] & (i[None] < per_item) & (j[None] >= 0) & (j[None] < per_item)
+               & (j[None] < start + length))
     pos_emb = relative_positional_encoding(mx.arange(left, -right - 1, -1), cfg.d_model)
-    valid = (mx.arange(length)[None, :] < lengths[:, None])[..., None]
-    return AttentionContext(left, right, block, blocks, pos_emb, allowed[:, None], valid)
+    valid = ((start + mx.arange(length))[None, :] < lengths[:, None])[..., None]
+    return AttentionContext(left, right, block, blocks, history, pos_emb, allowed[:, None], valid)
 
 
 def key_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """The keys (or values) each query block can reach, zeros outside [0, T). [B, T, H, dk] -> [B, H, n, span, dk]."""
-    t = x.shape[1]
-    padded = mx.pad(x, [(0, 0), (ctx.left, ctx.blocks * ctx.block - t + ctx.right), (0, 0), (0, 0)])
+    """The keys (or values) each query block can reach, zeros where nothing was cached or computed.
+    [B, history + T, H, dk] -> [B, H, n, span, dk]"""
+    t = x.shape[1] - ctx.history
+    padded = mx.pad(x, [(0, 0), (ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right), (0, 0), (0, 0)])
     index = mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]
     return padded[:, index].transpose(0, 3, 1, 2, 4)
 
@@ -210,7 +218,7 @@ def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p
                        ctx: AttentionContext) -> mx.array:
     """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
     masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4).
-    q_u, q_v, k, v [B, T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
+    q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
     b, t, h, dk = q_u.shape
     content = query_blocks(q_u, ctx) @ key_blocks(k, ctx).swapaxes(-1, -2)  # [B, H, n, block, span]
     position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)[None, :, None]  # [B, H, n, block, W]
@@ -241,11 +249,17 @@ class RelPositionMultiHeadAttention(nn.Module):
         """[..., D] -> [..., H, D / H]"""
         return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
 
-    def __call__(self, x: mx.array, ctx: AttentionContext) -> mx.array:
-        # [B, T, D] -> [B, T, D]
+    def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
+        """[B, T, D] -> [B, T, D]. With a stream's ``cache``, the cached keys and values come first (``ctx.history``
+        of them) and the last ``left`` of the new ones replace them."""
         q = self.split_heads(self.linear_q(x))
         k = self.split_heads(self.linear_k(x))
         v = self.split_heads(self.linear_v(x))
+        if cache is not None:
+            if cache.keys is not None:
+                k, v = mx.concatenate([cache.keys, k], axis=1), mx.concatenate([cache.values, v], axis=1)
+            keep = max(0, k.shape[1] - cache.keep)
+            cache.keys, cache.values = k[:, keep:], v[:, keep:]
         p = self.split_heads(self.linear_pos(ctx.pos_emb))  # [W, H, dk]
         return self.linear_out(relative_attention(q + self.pos_bias_u, q + self.pos_bias_v, k, v, p, ctx))
 
@@ -298,12 +312,17 @@ class ConformerConvolution(nn.Module):
         self.batch_norm = conv_norm(cfg)
         self.pointwise_conv2 = nn.Linear(d, d, bias=cfg.use_bias)
 
-    def __call__(self, x: mx.array, valid: mx.array) -> mx.array:
-        # [B, T, D], valid [B, T, 1] -> [B, T, D]
+    def __call__(self, x: mx.array, valid: mx.array, cache: Optional["LayerCache"] = None) -> mx.array:
+        """[B, T, D], valid [B, T, 1] -> [B, T, D]. The depthwise conv's left context is zeros, or a stream's last
+        kernel - 1 inputs (``cache.conv``, which the new ones then replace)."""
         x = nn.glu(self.pointwise_conv1(x), axis=-1)
         x = mx.where(valid, x, 0.0)
-        x = self.depthwise_conv(mx.pad(x, [(0, 0), (self.kernel_size - 1, 0), (0, 0)]))
-        return self.pointwise_conv2(nn.silu(self.batch_norm(x)))
+        if cache is None:
+            x = mx.pad(x, [(0, 0), (self.kernel_size - 1, 0), (0, 0)])
+        else:
+            x = mx.concatenate([cache.conv, x], axis=1)
+            cache.conv = x[:, x.shape[1] - (self.kernel_size - 1):]
+        return self.pointwise_conv2(nn.silu(self.batch_norm(self.depthwise_conv(x))))
 
 
 class ConformerLayer(nn.Module):
@@ -322,11 +341,11 @@ class ConformerLayer(nn.Module):
         self.feed_forward2 = ConformerFeedForward(cfg)
         self.norm_out = nn.LayerNorm(d, eps=NORM_EPS)
 
-    def __call__(self, x: mx.array, ctx: AttentionContext) -> mx.array:
-        # [B, T, D] -> [B, T, D]
+    def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
+        # [B, T, D] -> [B, T, D]; a stream passes its layer cache
         x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
-        x = x + self.self_attn(self.norm_self_att(x), ctx)
-        x = x + self.conv(self.norm_conv(x), ctx.valid)
+        x = x + self.self_attn(self.norm_self_att(x), ctx, cache)
+        x = x + self.conv(self.norm_conv(x), ctx.valid, cache)
         x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
         return self.norm_out(x)
 
@@ -372,3 +391,125 @@ class ConformerEncoder(nn.Module):
             x = layer(x, ctx)
             outputs.append(x)
         return outputs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# streaming: the same layers over frames that arrive in pieces (causal configurations only)
+# ----------------------------------------------------------------------------------------------------------------
+def check_streamable(cfg: EncoderConfig) -> None:
+    """A stream needs every frame to depend on earlier input only: causal subsampling and no right attention
+    context (the release: ``causal_downsampling``, chunked_limited [70, 0], causal convs; SPEC §2.2)."""
+    if not cfg.causal_downsampling or context_reach(cfg, 1 << 30)[1] != 0:
+        raise ConfigError("this checkpoint's speech encoder looks ahead (non-causal subsampling or right attention "
+                          "context), so it cannot listen frame by frame")
+
+
+def is_strided(layer: nn.Module) -> bool:
+    return isinstance(layer, nn.Conv2d) and layer.stride != (1, 1)
+
+
+def zero_rows_from(x: mx.array, start: int, length: Optional[int]) -> mx.array:
+    """Rows (axis 1) whose absolute index start + r is at or past ``length`` set to 0; None = no end known yet."""
+    if length is None or start + x.shape[1] <= length:
+        return x
+    inside = (start + mx.arange(x.shape[1])) < length
+    return mx.where(inside.reshape((1, -1) + (1,) * (x.ndim - 2)), x, 0.0)
+
+
+class SubsamplingStream:
+    """``pre_encode`` over mel rows that arrive in pieces. Each stride-2 conv keeps the input rows its next output
+    still needs (first its causal left padding of zeros); ``push(..., end=L)`` adds the right padding and NeMo's
+    zeroing of rows at and past each layer's valid length (SPEC §2.2.1), so pieces give the rows of the whole."""
+
+    def __init__(self, sub: ConvSubsampling):
+        self.sub = sub
+        self.left, self.right = subsampling_padding(sub.causal)
+        self.carry: dict[int, mx.array] = {}  # strided layer -> input rows not yet consumed
+        self.emitted: dict[int, int] = {}  # strided layer -> output rows so far
+        self.rows = 0  # mel rows so far
+
+    def push(self, mel: mx.array, end: Optional[int] = None) -> mx.array:
+        """mel rows [n, F]; ``end``: the valid mel length once the input has ended -> encoder-input frames [1, m, D]."""
+        x, start, length = mel[None, :, :, None], self.rows, end
+        self.rows += mel.shape[0]
+        x = zero_rows_from(x, start, length)
+        for i, layer in enumerate(self.sub.conv):
+            if is_strided(layer):
+                x, start = self._strided(i, layer, x, final=end is not None)
+                length = None if length is None else strided_length(length, self.sub.causal)
+            elif x.shape[1]:
+                x = layer(x)
+            x = zero_rows_from(x, start, length)
+        b, t, f, c = x.shape
+        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+
+    def _strided(self, i: int, layer: nn.Module, x: mx.array, final: bool) -> tuple[mx.array, int]:
+        """New input rows -> (new output rows, absolute index of the first)."""
+        k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
+        held = self.carry.get(i)
+        if held is None:
+            held = mx.zeros((1, self.left, *x.shape[2:]), x.dtype)
+        rows = mx.concatenate([held, x.astype(held.dtype)], axis=1)
+        if final:
+            rows = mx.concatenate([rows, mx.zeros((1, self.right, *rows.shape[2:]), rows.dtype)], axis=1)
+        count = (rows.shape[1] - k) // s + 1 if rows.shape[1] >= k else 0
+        start = self.emitted.get(i, 0)
+        self.emitted[i] = start + count
+        self.carry[i] = rows[:, count * s:]
+        if count == 0:
+            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), start
+        used = rows[:, :(count - 1) * s + k]
+        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), start
+
+
+@dataclass
+class LayerCache:
+    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames (None before the
+    first) and the last kernel - 1 inputs of the depthwise conv (None: zeros)."""
+
+    keep: int
+    keys: Optional[mx.array] = None
+    values: Optional[mx.array] = None
+    conv: Optional[mx.array] = None
+
+
+class EncoderStream:
+    """The encoder over mel rows that arrive in pieces: frame k comes out once mel column 8k is in. Pushing the
+    pieces of a recording, the last one with its end, gives the frames :meth:`ConformerEncoder.__call__` gives for
+    the whole (same math; float rounding differs with the batch shapes)."""
+
+    def __init__(self, encoder: ConformerEncoder):
+        check_streamable(encoder.cfg)
+        self.encoder = encoder
+        self.subsampling = SubsamplingStream(encoder.pre_encode)
+        reach = context_reach(encoder.cfg, 1 << 30)[0]  # frames of keys a query can reach back
+        self.caches = [LayerCache(reach) for _ in encoder.layers]
+        self.frames = 0  # encoder frames so far
+        self.valid: Optional[int] = None  # valid encoder frames, once the input has ended
+
+    def push(self, mel: mx.array, end: Optional[int] = None) -> mx.array:
+        """mel rows [n, F] (``end``: the valid mel length, with the last rows of the input) -> new frames [m, D]."""
+        cfg = self.encoder.cfg
+        if mel.shape[0] == 0 and end is None:
+            return mx.zeros((0, cfg.d_model))
+        x = self.subsampling.push(mel, end)
+        if end is not None:
+            self.valid = subsampled_length(end, cfg.subsampling_factor, cfg.causal_downsampling)
+        count = x.shape[1]
+        if count == 0:
+            return x[0]
+        history = 0 if self.caches[0].keys is None else self.caches[0].keys.shape[1]
+        valid = self.frames + count if self.valid is None else self.valid
+        ctx = attention_context(cfg, count, mx.array([valid]), start=self.frames, history=history)
+        x = self.encoder.scale_input(x)
+        for layer, cache in zip(self.encoder.layers, self.caches):
+            if cache.conv is None:
+                cache.conv = mx.zeros((1, cfg.conv_kernel_size - 1, x.shape[-1]), x.dtype)
+            x = layer(x, ctx, cache)
+        self.frames += count
+        return x[0]
+
+    def arrays(self) -> list[mx.array]:
+        """The stream's state (to evaluate with its output)."""
+        held = [c for c in self.subsampling.carry.values()]
+        return held + [a for c in self.caches for a in (c.keys, c.values, c.conv) if a is not None]

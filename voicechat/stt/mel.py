@@ -74,6 +74,13 @@ def valid_frames(num_samples, n_fft: int, hop: int):
     return (num_samples + 2 * (n_fft // 2) - n_fft) // hop
 
 
+def stft_frames(padded: mx.array, count: int, n_fft: int, hop: int) -> mx.array:
+    """``count`` frames of ``n_fft`` samples every ``hop`` samples from the start of ``padded`` [B, N] -> [B, T, n_fft]
+    (``torch.stft(center=True)`` once the signal carries its n_fft // 2 samples of padding on each side)."""
+    starts = mx.arange(count)[:, None] * hop
+    return padded[:, starts + mx.arange(n_fft)[None, :]]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # modules
 # ----------------------------------------------------------------------------------------------------------------
@@ -95,9 +102,8 @@ class Featurizer(nn.Module):
         lengths = lengths.astype(mx.int32)
         frame_lengths = valid_frames(lengths, cfg.n_fft, cfg.hop_length)
         x = self.pre_emphasis(audio, lengths)
-        power = self.power_spectrum(x)  # [B, T, n_fft // 2 + 1]
-        mel = power @ self.fb[0].T  # [B, T, F]
-        features = mx.log(mel + cfg.log_zero_guard_value)
+        padded = mx.pad(x, [(0, 0), (cfg.n_fft // 2, cfg.n_fft // 2)])
+        features = self.log_mel(stft_frames(padded, 1 + x.shape[1] // cfg.hop_length, cfg.n_fft, cfg.hop_length))
         return self.pad_frames(features, frame_lengths), frame_lengths
 
     def pre_emphasis(self, audio: mx.array, lengths: mx.array) -> mx.array:
@@ -106,21 +112,16 @@ class Featurizer(nn.Module):
         inside = mx.arange(audio.shape[1])[None, :] < lengths[:, None]
         return mx.where(inside, emphasized, 0.0)
 
-    def power_spectrum(self, x: mx.array) -> mx.array:
-        """``torch.stft(center=True, pad_mode="constant")``: zero padding of n_fft // 2 on both sides, the window
-        centred in n_fft, 1 + N // hop frames; then |X| ** mag_power (SPEC §2.1.4-5). float32 like NeMo: in bins
-        60 dB below their frame, float32 FFT rounding (ours and NeMo's MKL one) reaches ~1e-4 in the log domain."""
+    def log_mel(self, frames: mx.array) -> mx.array:
+        """STFT frames of the pre-emphasized signal [B, T, n_fft] -> log-mel [B, T, F]: the window centred in n_fft,
+        one-sided FFT, |X| ** mag_power, Slaney mel, log(x + guard) (SPEC §2.1.4-7). float32 like NeMo: in bins 60 dB
+        below their frame, float32 FFT rounding (ours and NeMo's MKL one) reaches ~1e-4 in the log domain."""
         cfg = self.cfg
-        n_fft, hop = cfg.n_fft, cfg.hop_length
-        padded = mx.pad(x, [(0, 0), (n_fft // 2, n_fft // 2)])
-        n_frames = 1 + x.shape[1] // hop
-        starts = mx.arange(n_frames)[:, None] * hop
-        frames = padded[:, starts + mx.arange(n_fft)[None, :]]  # [B, T, n_fft]
-        left = (n_fft - cfg.win_length) // 2
-        window = mx.pad(self.window, [(left, n_fft - cfg.win_length - left)])
-        spectrum = mx.fft.rfft(frames * window, n=n_fft, axis=-1)
-        magnitude = mx.sqrt(mx.real(spectrum) ** 2 + mx.imag(spectrum) ** 2)
-        return magnitude**cfg.mag_power
+        left = (cfg.n_fft - cfg.win_length) // 2
+        window = mx.pad(self.window, [(left, cfg.n_fft - cfg.win_length - left)])
+        spectrum = mx.fft.rfft(frames * window, n=cfg.n_fft, axis=-1)
+        power = mx.sqrt(mx.real(spectrum) ** 2 + mx.imag(spectrum) ** 2) ** cfg.mag_power
+        return mx.log(power @ self.fb[0].T + cfg.log_zero_guard_value)
 
     def pad_frames(self, features: mx.array, frame_lengths: mx.array) -> mx.array:
         """Frames at and past the valid length become ``pad_value`` (0.0, not the log floor), then the time axis is
@@ -144,3 +145,68 @@ class Preprocessor(nn.Module):
     def __call__(self, audio: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
         # [B, N] float32, [B] -> [B, T, F], [B]
         return self.featurizer(audio.astype(mx.float32), lengths)
+
+
+class MelStream:
+    """The log-mel columns of a signal that arrives in pieces, each computed once, when the samples of its STFT frame
+    are all in: column j spans samples [hop j - n_fft / 2, hop j + n_fft / 2) (SPEC §2.1.4). ``finish`` ends the signal
+    the way NeMo ends a recording: the pre-emphasized samples past its end are zero, the centred STFT's frames run to
+    1 + N // hop, and the columns at and past the valid length N // hop are ``pad_value`` (SPEC §2.1.9). So the
+    columns of pieces pushed and then finished are those of the whole recording at once."""
+
+    def __init__(self, featurizer: Featurizer):
+        cfg = featurizer.cfg
+        self.featurizer = featurizer
+        self.n_fft, self.hop = cfg.n_fft, cfg.hop_length
+        self.kept = np.zeros(0, np.float32)  # the raw samples from absolute index `kept_from` on
+        self.kept_from = 0
+        self.total = 0  # samples received
+        self.next_column = 0
+        self.finished = False
+
+    def push(self, samples: np.ndarray) -> mx.array:
+        """New samples (16 kHz float32) -> the columns they complete [n, F] (n may be 0)."""
+        if self.finished:
+            raise RuntimeError("this mel stream was finished")
+        self.kept = np.concatenate([self.kept, np.asarray(samples, np.float32)])
+        self.total += len(samples)
+        ready = (self.total - self.n_fft // 2) // self.hop + 1  # columns whose frame ends at or before `total`
+        return self._columns(max(0, ready - self.next_column), self.total)
+
+    def finish(self) -> mx.array:
+        """The remaining columns of the signal as it stands [n, F]: those inside the valid length from the samples
+        (zero past the end), the rest ``pad_value``, then ``pad_to`` padding."""
+        cfg = self.featurizer.cfg
+        self.finished = True
+        valid = valid_frames(self.total, self.n_fft, self.hop)
+        tensor = 1 + self.total // self.hop
+        if cfg.pad_to > 0:
+            tensor += -tensor % cfg.pad_to
+        columns = self._columns(max(0, valid - self.next_column), self.total)
+        pads = tensor - self.next_column
+        return mx.concatenate([columns, mx.full((pads, cfg.features), cfg.pad_value, columns.dtype)])
+
+    def _columns(self, count: int, end: int) -> mx.array:
+        """The next ``count`` columns from the samples before absolute index ``end`` (zero after it)."""
+        cfg = self.featurizer.cfg
+        if count == 0:
+            return mx.zeros((0, cfg.features))
+        first = self.next_column * self.hop - self.n_fft // 2  # absolute index of the first sample of the frames
+        last = (self.next_column + count - 1) * self.hop + self.n_fft // 2
+        raw = self._raw(first - 1, last)  # one sample more on the left for the pre-emphasis
+        emphasized = raw[1:] - cfg.preemph * raw[:-1]  # x[-1] reads as 0, so x'[0] = x[0]
+        position = mx.arange(first, last)
+        emphasized = mx.where((position >= 0) & (position < end), emphasized, 0.0)
+        features = self.featurizer.log_mel(stft_frames(emphasized[None], count, self.n_fft, self.hop))[0]
+        self.next_column += count
+        drop = min(len(self.kept), max(0, self.next_column * self.hop - self.n_fft // 2 - 1 - self.kept_from))
+        self.kept, self.kept_from = self.kept[drop:], self.kept_from + drop  # what no later column reads
+        return features
+
+    def _raw(self, first: int, last: int) -> mx.array:
+        """Raw samples [first, last) as float32, zero outside what was received."""
+        lo, hi = max(first, self.kept_from), min(last, self.total)
+        out = np.zeros(last - first, np.float32)
+        if hi > lo:
+            out[lo - first:hi - first] = self.kept[lo - self.kept_from:hi - self.kept_from]
+        return mx.array(out)

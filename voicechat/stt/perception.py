@@ -6,13 +6,17 @@ into ``proj``, a Linear d_model -> LLM width with bias.
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
+
 from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 
 from ..config import AudioConfig
-from .fastconformer import ConformerEncoder
-from .mel import Preprocessor
+from .fastconformer import ConformerEncoder, EncoderStream, subsampled_length
+from .mel import MelStream, Preprocessor, valid_frames
 
 # The featurizer buffers are derived from the config, so a checkpoint may leave them out
 # (``load_into(..., optional=DERIVED_BUFFERS)``).
@@ -33,3 +37,49 @@ class Perception(nn.Module):
         features, feature_lengths = self.preprocessor(audio, lengths)
         encoded, lengths = self.encoder(features, feature_lengths)
         return self.proj(encoded), lengths, encoded
+
+
+def timeline_frames(cfg: AudioConfig, samples: int) -> int:
+    """Encoder frames of a recording of ``samples``: those of its 1 + N // hop mel columns (padded to ``pad_to``),
+    SPEC §1.2 B; one more than the valid ones when N // hop = 1 (mod 8)."""
+    pre, enc = cfg.preprocessor, cfg.encoder
+    columns = 1 + samples // pre.hop_length
+    if pre.pad_to > 0:
+        columns += -columns % pre.pad_to
+    return subsampled_length(columns, enc.subsampling_factor, enc.causal_downsampling)
+
+
+class PerceptionStream:
+    """:class:`Perception` over a recording that arrives in pieces: 16 kHz samples in, each encoder frame out once
+    its input is complete (frame k once samples up to 1280 k + 256 are in, LIVE.md §1.1). ``finish`` ends the input
+    as NeMo ends a recording (SPEC §2.1.9, §2.2.1), so the frames of the pieces are the frames of the whole."""
+
+    def __init__(self, perception: Perception):
+        self.perception = perception
+        self.mel = MelStream(perception.preprocessor.featurizer)
+        self.encoder = EncoderStream(perception.encoder)
+
+    def push(self, samples: np.ndarray) -> tuple[mx.array, mx.array]:
+        """[N] float32 -> (projected [n, output_dim], encoder output [n, d_model]) of the frames completed (lazy)."""
+        return self._frames(self.encoder.push(self.mel.push(samples)))
+
+    def finish(self) -> tuple[mx.array, mx.array]:
+        """The frames that the end of the input completes (zero, one or two, with NeMo's padding at the end)."""
+        end = valid_frames(self.mel.total, self.mel.n_fft, self.mel.hop)
+        return self._frames(self.encoder.push(self.mel.finish(), end=end))
+
+    @property
+    def samples(self) -> int:
+        """Samples received so far."""
+        return self.mel.total
+
+    @property
+    def valid_frames(self) -> Optional[int]:
+        """Encoder frames inside the valid length, once the input has ended (the last may be padding)."""
+        return self.encoder.valid
+
+    def arrays(self) -> list[mx.array]:
+        return self.encoder.arrays()
+
+    def _frames(self, encoded: mx.array) -> tuple[mx.array, mx.array]:
+        return self.perception.proj(encoded), encoded

@@ -1,0 +1,218 @@
+"""The streaming session against NVIDIA's NeMo offline output and against the offline loop: a recording fed in any
+chunks gives the same text ids, function ids and codes at every position, and the same samples.
+
+Where the end of the input comes in: flush() ends the input as NeMo's offline code ends a recording (the STFT's
+centred frames run to 1 + N // 160, the mel columns past the valid length are 0, NeMo's masks zero the padded
+encoder frames), so the positions the end creates are NeMo's too and no position is exempt from the comparison.
+"""
+
+from functools import lru_cache
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
+import voicechat
+from voicechat import AudioInputError, GenerationConfig, TimelineFull
+from voicechat import session as session_module
+from voicechat.session import Session, TextStream
+
+PROMPT = "You are a helpful assistant."
+TTS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}
+CHUNKS = [1, 160, 1000, 1280, 7919, None]  # None: the whole recording in one call
+SAMPLES_PER_FRAME = 1764
+
+
+@lru_cache(maxsize=None)
+def model(name: str):
+    return voicechat.load(NEMO / name)
+
+
+@lru_cache(maxsize=None)
+def recording() -> np.ndarray:
+    x, rate = sf.read(HARNESS_WAV, dtype="float32")
+    assert rate == 16000
+    return x
+
+
+def reference(run: str) -> dict:
+    ref = dict(np.load(NEMO / "greedy" / "reference.npz")) if run in ("sampled", "greedy_aria", "sampled_aria") else {}
+    ref.update(np.load(NEMO / run / "reference.npz"))
+    return ref
+
+
+def chunks(x: np.ndarray, size):
+    size = size or len(x)
+    return [x[i:i + size] for i in range(0, len(x), size)]
+
+
+def streamed(m, x, size, config, noise=None, prompt=PROMPT, seed=0):
+    """Feed ``x`` in chunks of ``size``, then flush: (frames, session)."""
+    s = Session(m, prompt, seed, None, config, noise=noise)
+    frames = [f for chunk in chunks(x, size) for f in s.feed(chunk, 16000)] + s.flush()
+    return frames, s
+
+
+@pytest.mark.parametrize("size", CHUNKS)
+@pytest.mark.parametrize("run", sorted(HARNESS_RUNS))
+def test_chunks_give_nemo_offline_output_at_every_position(run, size):
+    """Each NeMo fixture: the session's ids and codes are NeMo's offline ones at every position (the prompt's
+    positions, frame 0's zero codes, and the end's positions included), its samples within 1e-5 of ours offline."""
+    name, tts = HARNESS_RUNS[run]
+    m, ref = model(name), reference(run)
+    config = GenerationConfig(reference=True, **TTS[tts])
+    noise = ReplayNoise(ref) if "tts.noise.gumbel" in ref else None
+    frames, s = streamed(m, recording(), size, config, noise)
+    r = s.result()
+    p = s.prompt_frames
+    assert [f.position for f in frames] == list(range(p, s.position))
+    assert np.array_equal(r.text_tokens, ref["stt.gen_text_full"][0])
+    assert np.array_equal([f.text_id for f in frames], ref["stt.gen_text_full"][0][p:])
+    assert np.array_equal(r.audio_codes, ref["out.gen_audio_codes"][0])
+    assert np.array_equal(np.stack([f.codes for f in frames]), ref["out.gen_audio_codes"][0][p:])
+    if noise is not None:
+        assert not noise.draws  # every recorded draw consumed, in NeMo's order
+    offline = m._generate(HARNESS_WAV, system_prompt=PROMPT, config=config,
+                          noise=ReplayNoise(ref) if noise is not None else None)
+    assert np.array_equal(r.function_tokens, offline.function_tokens)
+    assert r.audio.shape == offline.audio.shape == ref["out.audio"][0].shape
+    assert np.abs(r.audio - offline.audio).max() <= 1e-5
+    assert np.abs(r.audio - ref["out.audio"][0]).max() < 1e-4  # NeMo's own float32 codec
+    # each frame's samples are those that became final with it: the codec runs 6 samples behind the timeline, and
+    # its last 6 come with the end of the input
+    spoken = np.concatenate([f.audio for f in frames])
+    assert np.array_equal(spoken, r.audio[p * SAMPLES_PER_FRAME - 6:len(r.audio) - 6])
+
+
+@pytest.fixture(scope="module")
+def release_model(tmp_path_factory):
+    """Our tiny checkpoint in the release layout: a function head (weight 2.0) and an RNNT head, which NeMo 3.0.0
+    lacks."""
+    from voicechat.testing import write_checkpoint
+
+    return voicechat.load(write_checkpoint(tmp_path_factory.mktemp("release") / "ckpt", "nested"))
+
+
+@pytest.mark.parametrize("size", [1, 1000, None])
+def test_function_channel_and_transcript_match_offline(size, release_model):
+    config = GenerationConfig(reference=True)
+    frames, s = streamed(release_model, recording(), size, config)
+    offline = release_model.generate(recording(), 16000, system_prompt=PROMPT, config=config)
+    r = s.result()
+    assert np.array_equal(r.function_tokens, offline.function_tokens)
+    assert np.array_equal(r.text_tokens, offline.text_tokens)
+    assert np.array_equal(r.audio_codes, offline.audio_codes)
+    assert r.user_transcript == offline.user_transcript != ""
+    # the transcript also hears the prompt's (zero) frames, as NVIDIA's loop does (SPEC §1.2 J)
+    assert "".join(f.transcript for f in s.prompt_output + frames) == r.user_transcript
+    assert np.abs(r.audio - offline.audio).max() <= 1e-5
+    assert len(set(r.function_tokens.tolist())) > 1  # random weights: the channel really carries ids
+
+
+def test_the_conversation_goes_on():
+    """A, then silence, then B in one session equals the offline loop on the concatenation."""
+    m, config = model("tiny_model_aria"), GenerationConfig(reference=True)  # the checkpoint's sampling TTS
+    a = recording()
+    b = recording()[::-1].copy()
+    quiet = np.zeros(16000, np.float32)
+    s = m.session(PROMPT, seed=7, config=config)
+    frames = s.feed(a, 16000) + s.feed(quiet, 16000)
+    after_a = s.position
+    frames += [f for chunk in chunks(b, 999) for f in s.feed(chunk, 16000)] + s.flush()
+    whole = m.generate(np.concatenate([a, quiet, b]), 16000, system_prompt=PROMPT, seed=7, config=config)
+    r = s.result()
+    assert after_a > s.prompt_frames + 30 and s.position > after_a + 20
+    assert np.array_equal(r.text_tokens, whole.text_tokens)
+    assert np.array_equal(r.audio_codes, whole.audio_codes)
+    assert np.abs(r.audio - whole.audio).max() <= 1e-5
+
+
+def test_the_timeline_limit_is_a_clear_error_before_it_is_crossed(monkeypatch):
+    m = model("tiny_model")
+    s = m.session(PROMPT, config=GenerationConfig(reference=True))
+    limit = s.prompt_frames + 10
+    monkeypatch.setattr(session_module, "TIMELINE_LIMIT", limit)
+    frame = np.zeros(1280, np.float32)
+    done = [f for _ in range(9) for f in s.feed(frame, 16000)]
+    assert s.position == limit - 1
+    with pytest.raises(TimelineFull, match=f"pass {limit} timeline positions"):
+        s.feed(np.zeros(1280 * 3, np.float32), 16000)  # would make 3 more
+    assert s.position == limit - 1 and len(done) == 9  # nothing of the refused chunk was taken
+    assert len(s.feed(frame, 16000)) == 1 and s.position == limit  # what still fits is served
+    with pytest.raises(TimelineFull):
+        s.flush()  # the end would add a position
+
+
+def test_any_rate_is_resampled_as_a_stream():
+    """48 kHz stereo int16 in odd chunks: the same frames as in one call (soxr's stream resampler carries its
+    state), and within resampling's own difference of the offline loop on the same audio."""
+    import soxr
+
+    m, config = model("tiny_model"), GenerationConfig(reference=True, **TTS["greedy"])
+    high = np.round(soxr.resample(recording(), 16000, 48000) * 20000).astype(np.int16)
+    stereo = np.stack([high, high], axis=1)
+    one, s1 = streamed_at(m, stereo, None, config)
+    many, s2 = streamed_at(m, stereo, 4801, config)
+    assert np.array_equal(s1.result().audio_codes, s2.result().audio_codes)
+    assert np.array_equal(s1.result().audio, s2.result().audio)
+    offline = m.generate(stereo, 48000, system_prompt=PROMPT, config=config)
+    assert np.array_equal(s1.result().text_tokens, offline.text_tokens)
+    assert len(s1.result().audio) == len(offline.audio)
+
+
+def streamed_at(m, x, size, config):
+    s = m.session(PROMPT, config=config)
+    frames = [f for chunk in chunks(x, size) for f in s.feed(chunk, 48000)] + s.flush()
+    return frames, s
+
+
+def test_frames_carry_every_channel():
+    m = model("tiny_model")
+    s = m.session(PROMPT)  # app mode: the codec starts 8 frames before the user's first
+    frames = s.feed(recording()[:1280 * 10 + 255], 16000)  # frame k needs samples up to 1280 k + 256
+    assert [f.position for f in frames] == list(range(s.prompt_frames, s.prompt_frames + 10))
+    for f in frames:
+        assert f.codes.shape == (31,) and f.codes.dtype == np.int32
+        assert f.audio.dtype == np.float32 and len(f.audio) == SAMPLES_PER_FRAME
+        assert f.seconds["total"] > 0
+        assert f.turn in (None, "start", "end")
+    assert s.setup_seconds > 0 and s.sample_rate == 22050 and s.input_rate == 16000
+    assert "".join(f.text for f in frames) == m.tokenizer.decode(
+        [f.text_id for f in frames if f.text_id not in (m.config.pad_id, m.config.bos_id, m.config.eos_id)])
+
+
+def test_stream_generator_and_stopping_it():
+    m = model("tiny_model")
+    s = m.session(PROMPT)
+    it = s.stream(chunks(recording(), 2000), 16000)
+    first = [next(it) for _ in range(3)]
+    it.close()  # the caller stops: nothing more runs
+    assert [f.position for f in first] == [s.prompt_frames + i for i in range(3)]
+    assert s.position <= s.prompt_frames + 3 + 2  # at most the rest of the chunk that was being fed
+
+
+def test_bad_audio_is_a_clear_error():
+    m = model("tiny_model")
+    s = m.session()
+    with pytest.raises(AudioInputError, match="NaN"):
+        s.feed(np.array([0.0, np.nan] * 500, np.float32), 16000)
+    s.feed(np.zeros(100, np.float32), 44100)
+    with pytest.raises(AudioInputError, match="44100 Hz; got 16000 Hz"):
+        s.feed(np.zeros(100, np.float32), 16000)
+    with pytest.raises(AudioInputError, match="shape"):
+        s.feed(np.zeros((2, 2, 2), np.float32), 44100)
+    s.flush()
+    with pytest.raises(AudioInputError, match="has ended"):
+        s.feed(np.zeros(100, np.float32), 44100)
+
+
+def test_text_stream_waits_for_a_whole_character():
+    """A multi-byte character split over two byte-level tokens shows once, with the token that completes it."""
+    tok = model("tiny_model").tokenizer
+    ids = tok.encode("é")
+    if len(ids) < 2:
+        pytest.skip("this tokenizer encodes é as one token")
+    stream = TextStream(tok, skip=set())
+    assert [stream.add(i) for i in ids] == [""] * (len(ids) - 1) + ["é"]

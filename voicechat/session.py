@@ -1,0 +1,489 @@
+"""A conversation on the 80 ms timeline (SPEC §1.2, LIVE.md §1): audio goes in as it is heard, and every timeline
+position comes out as soon as its 80 ms of input are complete: the assistant's text and function tokens, 31 codec
+codes and 1764 samples of its voice.
+
+Per timeline position t (the system prompt's positions first, then one per 80 ms of input):
+    listen: the streaming encoder's frame for t (mel columns up to 8 t, SPEC §2.2.1)
+    think:  fused[t] = w_text E(text[t-1]) + w_user audio[t] + w_func E(function[t-1]) -> text[t], function[t]
+    speak:  (t >= 1) text[t] and the codes of t-1 (silence codes when text[t] is EOS) -> 31 codes -> 1764 samples
+    hear:   the RNNT transcript of the user, one encoder frame at a time
+``Model.generate`` is a session fed a whole recording, so the offline answer and a streamed one are the same frames.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+
+from . import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+
+from .audio import to_float32
+from .config import GenerationConfig
+from .errors import AudioInputError, TimelineFull
+from .result import Result
+from .stt import lm
+from .stt.perception import PerceptionStream, timeline_frames
+from .stt.rnnt import RNNTGreedy, transcript_text
+from .tokenizer import channel_text
+from .tts.eartts import warmup_inputs
+from .tts.mog import KeyNoise
+
+CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
+TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, LIVE.md §1.1); the TTS window is 7500 more
+LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
+
+
+@dataclass(frozen=True)
+class TTSSettings:
+    guidance_scale: float
+    top_p: Optional[float]
+    top_k: Optional[int]
+    noise_scale: float
+
+
+def tts_settings(cfg, gen: GenerationConfig) -> TTSSettings:
+    """Checkpoint values unless the call overrides them; a top-k given by the call wins over any top-p."""
+    top_p, top_k = cfg.tts.top_p, cfg.tts.top_k
+    if gen.tts_top_k is not None:
+        top_p, top_k = None, gen.tts_top_k
+    elif gen.tts_top_p is not None:
+        top_p, top_k = gen.tts_top_p, None
+    return TTSSettings(
+        cfg.tts.guidance_scale if gen.tts_guidance_scale is None else gen.tts_guidance_scale, top_p, top_k,
+        cfg.tts.noise_scale if gen.tts_noise_scale is None else gen.tts_noise_scale)
+
+
+def sample_text_token(logits: mx.array, best: int, history: np.ndarray, specials: set[int], gen: GenerationConfig,
+                      key: Optional[mx.array]) -> int:
+    """BR's ``_sample_text_token``: greedy at temperature 0 (``best`` is the argmax). Otherwise, unless the argmax is
+    pad/bos/eos (then it is kept): repetition penalty on the distinct earlier ids except pad/bos/eos, temperature,
+    top-p (keep the smallest prefix of the sorted distribution whose mass reaches p, at least one id), then a draw.
+    logits [V] -> id"""
+    if gen.text_temperature == 0.0 or best in specials:
+        return best
+    x = logits.astype(mx.float32)
+    seen = sorted(set(np.unique(history).tolist()) - specials)
+    if gen.text_repetition_penalty != 1.0 and seen:
+        idx = mx.array(seen)
+        old = x[idx]
+        x[idx] = mx.where(old > 0, old / gen.text_repetition_penalty, old * gen.text_repetition_penalty)
+    x = x / gen.text_temperature
+    if gen.text_top_p < 1.0:
+        order = mx.argsort(-x)
+        cumulative = mx.cumsum(mx.softmax(x[order]), axis=-1)
+        drop = mx.concatenate([mx.array([False]), cumulative[:-1] > gen.text_top_p])
+        x[order] = mx.where(drop, -mx.inf, x[order])
+    return int(mx.random.categorical(x, key=key).item())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what a session gives out
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Frame:
+    """One timeline position, finished: numpy and Python values only (safe to hand to any thread)."""
+
+    position: int  # timeline index (the prompt's positions are 0 .. prompt_frames - 1)
+    text_id: int  # the assistant's text token (pad when silent)
+    function_id: int  # the function channel's token (pad when silent)
+    codes: np.ndarray  # [31] int32 codec codes
+    audio: np.ndarray  # float32 samples at 22.05 kHz that became final with this position (1764; the codec runs
+    #                    6 samples behind the timeline, and the first decoded position gives 6 fewer)
+    text: str  # new characters of the assistant's text
+    function_text: str  # new characters of the function channel
+    transcript: str  # new characters of the user's transcript
+    turn: Optional[str]  # "start" when text_id is BOS (the assistant takes the turn), "end" when EOS, else None
+    seconds: dict  # wall seconds: "total" (since the previous frame or the call), and per stage when profiled
+    events: tuple = ()  # tool-call events raised at this position
+
+
+class TextStream:
+    """A channel's text, decoded incrementally: each call gives the characters its new ids add; an unfinished UTF-8
+    sequence (decoded as U+FFFD) waits for the id that completes it."""
+
+    def __init__(self, tokenizer, skip: set[int]):
+        self.tokenizer, self.skip = tokenizer, skip
+        self.ids: list[int] = []
+        self.text = ""
+
+    def add(self, token_id: int) -> str:
+        if token_id in self.skip:
+            return ""
+        self.ids.append(token_id)
+        text = self.tokenizer.decode(self.ids).rstrip("\ufffd")
+        new = text[len(self.text):] if text.startswith(self.text) else text
+        self.text = text
+        return new
+
+
+@dataclass
+class SpeechWork:
+    """The TTS and codec work of one position, built lazily and evaluated with the next position's LLM step."""
+
+    t: int
+    codes: Optional[mx.array] = None  # [Q] (none at t = 0)
+    piece: Optional[mx.array] = None  # [1, n] newly final samples (none before the decoder starts)
+    state: list = field(default_factory=list)  # TTS caches, codec stream state
+
+    @property
+    def arrays(self) -> list[mx.array]:
+        return [a for a in (self.codes, self.piece) if a is not None] + self.state
+
+
+class Clock:
+    """Wall time per stage. ``stage`` records only when profiling: it then evaluates the stage's arrays first, an
+    honest split at the price of a host sync per stage; unprofiled, a position's networks run in one evaluation."""
+
+    def __init__(self, profile: bool = False):
+        self.profile = profile
+        self.calls: dict[str, list[float]] = {}
+
+    def add(self, stage: str, t0: float, *arrays) -> float:
+        if arrays:
+            mx.eval(*arrays)
+        t1 = time.perf_counter()
+        self.calls.setdefault(stage, []).append(t1 - t0)
+        return t1
+
+    def stage(self, stage: str, t0: float, *arrays) -> float:
+        return self.add(stage, t0, *arrays) if self.profile else t0
+
+    def since(self, mark: dict) -> dict:
+        """Seconds per stage added since ``mark`` (a copy of the call counts)."""
+        return {k: sum(v[mark.get(k, 0):]) for k, v in self.calls.items() if len(v) > mark.get(k, 0)}
+
+    def mark(self) -> dict:
+        return {k: len(v) for k, v in self.calls.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the session
+# ----------------------------------------------------------------------------------------------------------------
+class Session:
+    """One conversation. Build it with :meth:`voicechat.Model.session`; use it on the thread that owns MLX.
+
+    Creating it does everything that comes before the first user frame: the system prompt in one LLM call, the TTS
+    warm-up with the speaker, the TTS over the prompt's positions and the transcript over their (zero) frames, as
+    NVIDIA's offline loop does (SPEC §1.2 C-H). ``setup_seconds`` says how long that took."""
+
+    def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
+                 config: Optional[GenerationConfig] = None, *, noise=None, profile: bool = False, on_frame=None,
+                 script=None):
+        """Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
+        ``on_frame(frame)`` sees each finished frame, ``script(t, text_id, function_id) -> (text_id, function_id)``
+        replaces the model's ids at each position (a known channel for tests, a realistic workload for benchmarks)."""
+        t0 = time.perf_counter()
+        self.script = script
+        self.model, self.cfg = model, model.config
+        self.gen = config or GenerationConfig()
+        self.seed, self.system_prompt = seed, system_prompt
+        self.clock = Clock(profile)
+        self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
+        self._build_state(noise)
+        self._start_timeline(speaker)
+        self.setup_seconds = time.perf_counter() - t0
+
+    # -- construction: all per-session state, in one place ----------------------------------------------------
+    def _build_state(self, noise) -> None:
+        c, net, gen = self.cfg, self.model.net, self.gen
+        self.stt, self.tts = net.stt_model, net.tts_model
+        self.settings = tts_settings(c, gen)
+        self.specials = {c.pad_id, c.bos_id, c.eos_id}
+        tts_key, self.text_key = mx.random.split(mx.random.key(self.seed))
+        self.noise = noise or KeyNoise(tts_key)
+        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(self.system_prompt), c.eos_id] \
+            if self.system_prompt else []
+        self.prompt_frames = len(self.prompt_ids)
+        # what reference mode changes is data: where the codec starts, what frame 0 holds, what the result keeps
+        self.decoder_from = 0 if gen.reference else max(0, self.prompt_frames - CODEC_CONTEXT_FRAMES)
+        self.first_frame = 0 if gen.reference else self.prompt_frames
+        self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
+        self.frame0_codes = mx.zeros_like(self.silence) if gen.reference else self.silence  # never generated (H)
+        # the timeline so far, on the host
+        self.text, self.func, self.codes = [], [], []
+        self.pieces: list[np.ndarray] = []  # decoded samples, from position decoder_from on
+        self.valid: list[bool] = []  # per position: inside the input's valid length
+        self.text_stream = TextStream(self.model.tokenizer, self.specials)
+        self.func_stream = TextStream(self.model.tokenizer, {c.pad_id})
+        self.transcript_shown = ""
+        # the networks' state
+        self.listener = PerceptionStream(self.stt.perception)
+        self.heard: deque = deque()  # (audio [H], encoder frame [D], valid) per position waiting for the LLM
+        self.lm_state = lm.LMState(self.stt, c)
+        self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
+        self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
+        self.codec = self.tts.audio_codec.stream()
+        self.llm_stream, self.speech_stream = mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device())
+        self.position = 0
+        self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
+        self.ended = False
+        self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
+        self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
+
+    def _start_timeline(self, speaker) -> None:
+        c = self.cfg
+        latent, speaker_audio = self.model._speaker(speaker)
+        t0 = time.perf_counter()
+        inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
+        self.tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
+        self.prev_code = mx.array(np.asarray(inputs.code)[-1])
+        self.clock.add("tts warm-up", t0)
+        if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (SPEC §1.2 E)
+            t0 = time.perf_counter()
+            lm.prefill(self.stt, c, self.lm_state, mx.array(self.prompt_ids)[None])
+            self.clock.add("prompt prefill", t0, self.lm_state.arrays)
+        zero = mx.zeros((c.audio.encoder.d_model,))
+        prompt = [(None, zero, True)] * self.prompt_frames  # the transcript hears zeros over the prompt (SPEC §1.2 J)
+        self.prompt_output = self._run(prompt)
+
+    # -- feeding -----------------------------------------------------------------------------------------------
+    @property
+    def sample_rate(self) -> int:
+        return self.cfg.codec.sample_rate
+
+    @property
+    def input_rate(self) -> int:
+        return self.cfg.input_sample_rate
+
+    def feed(self, samples, sample_rate: int) -> list[Frame]:
+        """Audio as it arrives (any chunk size, any rate fixed for the session, int or float, mono or [N, channels])
+        -> the positions it completes."""
+        if self.ended:
+            raise AudioInputError("this session's input has ended (flush was called); start a new session")
+        x = self._resampled(to_float32(np.asarray(samples)), int(sample_rate), last=False)
+        if not np.all(np.isfinite(x)):
+            raise AudioInputError("the audio contains NaN or infinite samples")
+        self._check_room(self._frames_after(self.listener.samples + len(x)))
+        block = LISTEN_BLOCK_FRAMES * self.cfg.samples_per_input_frame
+        out = []
+        for i in range(0, len(x), block):
+            self._listen(*self.listener.push(x[i:i + block]), valid=True)
+            out += self._run(self._take_heard())
+        return out
+
+    def flush(self) -> list[Frame]:
+        """End of input: the last partial 80 ms are padded with zeros and the frames that reach past the end are
+        computed as NeMo computes the end of a recording; then the codec's last samples come out with the last frame.
+        The session takes no more audio."""
+        if self.ended:
+            return []
+        x = self._resampled(np.zeros(0, np.float32), self.resampler[0] if self.resampler else self.input_rate,
+                            last=True)
+        out = []
+        if len(x):
+            self._check_room(self._frames_after(self.listener.samples + len(x)))
+            self._listen(*self.listener.push(x), valid=True)
+            out += self._run(self._take_heard())
+        self._check_room(self.prompt_frames + timeline_frames(self.cfg.audio, self.listener.samples))
+        self._listen(*self.listener.finish(), valid=None)
+        out += self._run(self._take_heard())
+        self.ended = True
+        self.tail = np.asarray(self.codec.flush())[0]
+        return out
+
+    def stream(self, chunks: Iterable, sample_rate: int) -> Iterator[Frame]:
+        """``for frame in session.stream(chunks, rate)``: each chunk fed as it comes, then the end; stopping the
+        iteration stops the work."""
+        for chunk in chunks:
+            yield from self.feed(chunk, sample_rate)
+        yield from self.flush()
+
+    def _resampled(self, x: np.ndarray, rate: int, last: bool) -> np.ndarray:
+        """To the model's rate with soxr's stream resampler (one per session, so chunk edges leave no trace)."""
+        if rate <= 0:
+            raise AudioInputError(f"sample rate {rate} is not positive")
+        if self.resampler is None:
+            if rate == self.input_rate:
+                return x
+            import soxr
+
+            self.resampler = (rate, soxr.ResampleStream(rate, self.input_rate, 1, dtype="float32"))
+        if rate != self.resampler[0]:
+            raise AudioInputError(f"this session's audio is at {self.resampler[0]} Hz; got {rate} Hz")
+        return self.resampler[1].resample_chunk(x, last=last).astype(np.float32)
+
+    def _frames_after(self, samples: int) -> int:
+        """Timeline positions once ``samples`` of input are in (frame k needs samples up to 1280 k + n_fft / 2)."""
+        reach = self.cfg.audio.preprocessor.n_fft // 2
+        return self.prompt_frames + max(0, (samples - reach) // self.cfg.samples_per_input_frame + 1)
+
+    def _check_room(self, positions: int) -> None:
+        if positions > TIMELINE_LIMIT:
+            raise TimelineFull(f"the conversation would pass {TIMELINE_LIMIT} timeline positions "
+                               f"({TIMELINE_LIMIT * self.cfg.frame_length / 60:.1f} minutes, NVIDIA's streaming "
+                               "limit); start a new session")
+
+    def _listen(self, projected: mx.array, encoded: mx.array, valid: Optional[bool]) -> None:
+        """Queue the encoder frames for the LLM. ``valid`` None: the input ended, frames past its valid length are
+        padding, which the LLM hears as zeros after a prompt (SPEC §1.2 C) and the transcript skips (J)."""
+        first = self.listener.encoder.frames - projected.shape[0]
+        for i in range(projected.shape[0]):
+            inside = True if valid else first + i < self.listener.valid_frames
+            audio = projected[i] if inside or not self.prompt_frames else mx.zeros_like(projected[i])
+            self.heard.append((audio, encoded[i], inside))
+
+    def _take_heard(self) -> list:
+        heard = list(self.heard)
+        self.heard.clear()
+        return heard
+
+    # -- the frame loop ----------------------------------------------------------------------------------------
+    def _run(self, inputs: list) -> list[Frame]:
+        """Run one position per input (audio [H] or None on the prompt, encoder frame [D], valid). One evaluation per
+        position: its LLM step with the speech work of the position before (they depend on nothing of each other,
+        so they are built on two streams and run side by side); the last speech work is evaluated alone."""
+        frames, pending = [], None
+        self.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
+        for audio, encoded, valid in inputs:
+            t = self.position
+            mark = self.clock.mark()
+            logits = self._think(t, audio) if audio is not None else ()
+            mx.eval(*logits, encoded, *self.listener.arrays(), *(pending.arrays if pending else ()))
+            self._read_tokens(t, *logits)
+            self._hear(encoded, valid)
+            if pending:
+                frames.append(self._finish(pending))
+            self.valid.append(valid)
+            pending = self._speak(t)
+            self.position += 1
+        if pending:
+            mx.eval(*pending.arrays)
+            frames.append(self._finish(pending))
+        return frames
+
+    def _think(self, t: int, audio: mx.array) -> tuple:
+        """Position t (lazy): fused input from text[t-1] / function[t-1] (pad at t = 0) -> (greedy ids, text logits,
+        LLM state)."""
+        c = self.cfg
+        t0 = time.perf_counter()
+        prev_text = mx.array([self.text[t - 1] if t else c.pad_id])
+        prev_func = mx.array([self.func[t - 1] if t else c.pad_id]) if self.stt.function_head is not None else None
+        with mx.stream(self.llm_stream):
+            text, func = lm.step(self.stt, c, self.lm_state, audio[None], prev_text, prev_func)
+            best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1)  # greedy ids, same graph
+        out = (best, text, *self.lm_state.arrays)
+        self.clock.stage("llm", t0, *out)
+        return out
+
+    def _read_tokens(self, t: int, best: Optional[mx.array] = None, text_logits: Optional[mx.array] = None,
+                     *state) -> None:
+        """text[t] sampled (greedy by default), function[t] greedy (SPEC §1.2 F); pad over the prompt (E)."""
+        pad = self.cfg.pad_id
+        if best is None:
+            self.text.append(pad)
+            self.func.append(pad)
+            return
+        ids = best.reshape(-1).tolist()
+        key = None
+        if self.gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
+            self.text_key, key = mx.random.split(self.text_key)
+        text_id = sample_text_token(text_logits[0], ids[0], np.array(self.text), self.specials, self.gen, key)
+        func_id = ids[1] if self.stt.function_head is not None else pad
+        if self.script is not None:
+            text_id, func_id = self.script(t, text_id, func_id)
+        self.text.append(text_id)
+        self.func.append(func_id)
+
+    def _hear(self, encoded: mx.array, valid: bool) -> None:
+        """One encoder frame of the transcript (SPEC §1.2 J: frames past the valid length skipped)."""
+        if self.rnnt is None or not valid:
+            return
+        t0 = time.perf_counter()
+        self.rnnt.decode_frame(self.rnnt_state, encoded[None])
+        self.clock.add("transcript", t0)
+
+    def _speak(self, t: int) -> SpeechWork:
+        """The TTS step of position t (none at t = 0) and the codec's new samples, lazy."""
+        with mx.stream(self.speech_stream):
+            c, s = self.cfg, self.settings
+            work = SpeechWork(t)
+            if t >= 1:
+                t0 = time.perf_counter()
+                if self.text[t] == c.eos_id and c.tts.force_silence_on_eos:  # SPEC §1.2 H
+                    self.prev_code = self.silence
+                self.prev_code = work.codes = self.tts.tts_model.step(
+                    self.tts_state, self.prev_code, self.text[t], s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
+                work.state += self.tts_state.arrays()
+                self.clock.stage("tts", t0, *work.arrays)
+            if t >= self.decoder_from:
+                t0 = time.perf_counter()
+                codes = work.codes if work.codes is not None else self.frame0_codes
+                work.piece = self.codec.append(codes.reshape(1, 1, -1))
+                work.state += self.codec.arrays
+                self.clock.stage("codec", t0, work.piece, *self.codec.arrays)
+        return work
+
+    def _finish(self, work: SpeechWork) -> Frame:
+        """The host side of a finished position: its codes, samples and the new text of each channel."""
+        t = work.t
+        codes = np.asarray(work.codes if work.codes is not None else self.frame0_codes).astype(np.int32)
+        self.codes.append(codes)
+        audio = np.asarray(work.piece)[0] if work.piece is not None else np.zeros(0, np.float32)
+        if work.piece is not None:
+            self.pieces.append(audio)
+        text_id, func_id = self.text[t], self.func[t]
+        c = self.cfg
+        now = time.perf_counter()
+        seconds = {"total": now - self.last_done, **self.clock.since(self.frame_mark)}
+        self.last_done, self.frame_mark = now, self.clock.mark()
+        frame = Frame(position=t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
+                      text=self.text_stream.add(text_id), function_text=self.func_stream.add(func_id),
+                      transcript=self._new_transcript(),
+                      turn="start" if text_id == c.bos_id else "end" if text_id == c.eos_id else None,
+                      seconds=seconds)
+        if self.on_frame is not None:
+            self.on_frame(frame)
+        return frame
+
+    def _new_transcript(self) -> str:
+        text = self.transcript
+        new = text[len(self.transcript_shown):] if text.startswith(self.transcript_shown) else text
+        self.transcript_shown = text
+        return new
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    @property
+    def transcript(self) -> str:
+        """The user's words so far (NVIDIA's RNNT transcript string, SPEC §1.2 J)."""
+        if self.rnnt is None:
+            return ""
+        return transcript_text(self.rnnt_state.tokens, self.cfg.audio.rnnt.vocabulary)
+
+    def result(self) -> Result:
+        """The whole conversation so far as a :class:`Result` (the prompt's positions as ``GenerationConfig``'s mode
+        keeps them)."""
+        c, gen, tok = self.cfg, self.gen, self.model.tokenizer
+        p, done = self.prompt_frames, self.position
+        text, func = np.array(self.text, np.int64), np.array(self.func, np.int64)
+        codes = np.array(self.codes, np.int64).reshape(-1, c.codec.num_quantizers)
+        valid = p + sum(self.valid[p:])
+        # NeMo's strings: the text after the prompt, cut to the valid length (SPEC §1.2 I); with turn markers the
+        # untrimmed buffer whose frames past the valid length hold id 0
+        kept, kept_f = list(text[p:valid]), list(func[p:valid])
+        if gen.turn_markers:
+            kept += [0] * (done - valid)
+            kept_f += [0] * (done - valid)
+        strings = [channel_text(tok, ids, pad_id=c.pad_id, bos_id=c.bos_id, eos_id=c.eos_id,
+                                frame_length=c.frame_length, turn_markers=gen.turn_markers) for ids in (kept, kept_f)]
+        wave = np.concatenate([*self.pieces, self.tail]) if self.pieces else np.zeros(0, np.float32)
+        cut = (self.first_frame - self.decoder_from) * c.codec.samples_per_frame
+        first = self.first_frame
+        heard = sum(1 for v in self.valid[p:] if v)
+        return Result(
+            text=strings[0], function_text=strings[1], user_transcript=self.transcript,
+            audio=wave[cut:].astype(np.float32), sample_rate=c.codec.sample_rate,
+            text_tokens=text[first:done].copy(), function_tokens=func[first:done].copy(),
+            audio_codes=codes[first:done].copy(), first_frame=first, prompt_frames=p, input_frames=heard,
+            frame_seconds=c.frame_length, timings=self.clock_seconds(),
+            stage_calls={k: list(v) for k, v in self.clock.calls.items()},
+            settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt,
+                      "tts_used": asdict(self.settings)},
+        )
+
+    def clock_seconds(self) -> dict:
+        return {stage: sum(times) for stage, times in self.clock.calls.items()}
