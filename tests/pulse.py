@@ -10,7 +10,7 @@ load PortAudio (run them as subprocesses).
         pulse.say(samples_16k)                      # the microphone plays this, then silence
         with pulse.record() as speaker:             # what programs play from now on
             subprocess.run([...], env=pulse.env())
-        speaker.audio                               # float32 mono at 22.05 kHz
+        speaker.audio                               # float32 mono at 44.1 kHz
 
 The microphone always delivers audio, silence when nothing is queued: a pipe source without a writer delivers none,
 and PortAudio then waits for it forever.
@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 MIC_RATE = 16000
-SPEAKER_RATE = 22050
+SPEAKER_RATE = 44100  # the speaker's rate (null sink and recording), what most devices run at
 CHUNK = MIC_RATE // 50  # the feeder writes 20 ms at a time, paced by the clock
 PACKAGES = "pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins"
 
@@ -82,7 +82,9 @@ class PulseAudio:
         self._queue: collections.deque[np.ndarray] = collections.deque()
         self._fed = 0  # microphone samples written so far (queued audio and silence)
         self._stop = threading.Event()
+        self._stalled = threading.Event()
         self._feeder: Optional[threading.Thread] = None
+        self._listener: Optional[subprocess.Popen] = None
         self.pid: Optional[int] = None
 
     def env(self) -> dict:
@@ -100,7 +102,7 @@ class PulseAudio:
         run = subprocess.run(
             ["pulseaudio", "--daemonize=yes", "--exit-idle-time=-1", "--system=no", "-n", "--log-target=stderr",
              "--load=module-native-protocol-unix auth-anonymous=1",
-             "--load=module-null-sink sink_name=spk",
+             f"--load=module-null-sink sink_name=spk rate={SPEAKER_RATE}",
              f"--load=module-pipe-source source_name=mic file={self.fifo} format=s16le rate={MIC_RATE} channels=1"],
             env=server_env, capture_output=True, text=True, timeout=30)
         pid_file = self.runtime / "pulse" / "pid"
@@ -114,15 +116,21 @@ class PulseAudio:
             raise PulseUnavailable(f"pulseaudio started without its microphone: {last_error(run.stderr)}")
         self.pactl("set-default-source", "mic")
         self.pactl("set-default-sink", "spk")
+        # a listener on the monitor keeps the null sink at a low latency, as a sound card's sink is: with none it
+        # renders 2 s at a time, and a program's output stream then gets no callback for a second or more (measured)
+        self._listener = subprocess.Popen(["parec", "-d", "spk.monitor", "--latency-msec=20", "--raw"],
+                                          env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._feeder = threading.Thread(target=self._feed, name="pulse-mic", daemon=True)
         self._feeder.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        self.kill(signal.SIGTERM)  # first: a feeder blocked on a full FIFO then gets EPIPE and ends
         if self._feeder is not None:
             self._feeder.join(5)
-        self.kill(signal.SIGTERM)
+        if self._listener is not None:
+            self._listener.wait(10)  # it ends with the server
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """End the server (SIGKILL: as if the sound device vanished) and wait until it is gone."""
@@ -159,6 +167,10 @@ class PulseAudio:
         """Seconds of audio (queued and silence) the microphone has delivered."""
         return self._fed / MIC_RATE
 
+    def stall_mic(self) -> None:
+        """The microphone stops delivering audio (the FIFO stays open): PortAudio's input callbacks stop."""
+        self._stalled.set()
+
     def said(self) -> bool:
         """Whether everything queued with :meth:`say` has been delivered."""
         return not self._queue
@@ -169,6 +181,9 @@ class PulseAudio:
         start = time.monotonic()
         try:
             while not self._stop.is_set():
+                if self._stalled.is_set():
+                    time.sleep(0.02)
+                    continue
                 while pending.size < CHUNK and self._queue:
                     pending = np.concatenate([pending, self._queue.popleft()])
                 chunk, pending = pending[:CHUNK], pending[CHUNK:]

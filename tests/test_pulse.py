@@ -34,12 +34,14 @@ def test_sounddevice_round_trip(pulse, tmp_path):
     # both run at 16 kHz here
     offset = int(np.argmax(np.correlate(said, heard, mode="valid")))
     np.testing.assert_allclose(heard, said[offset:offset + heard.size], atol=1 / 32767)
-    # the speaker got the 300 Hz tone at its amplitude; PortAudio's ALSA path cuts up to the last 80 ms of a stream
-    # when it stops (measured here; pacat loses 20 ms)
+    # the speaker got the 300 Hz tone at its amplitude. Its samples, counted: a sine exceeds half its peak 2/3 of
+    # the time, so the whole second gives 2/3 s. Not all of it need arrive: PortAudio's ALSA path cuts up to the
+    # last 80 ms when a stream stops, and its recovery from an underrun (a busy machine) discards what was queued
+    # (measured here: 0.09 s lost on an idle machine, 0.23 s at a load of 8 on 2 cores); at least half must.
     played = speaker.audio
-    loud = np.flatnonzero(np.abs(played) > 0.25)
-    tone_part = played[loud[0]:loud[-1] + 1]
-    assert 0.9 <= tone_part.size / SPEAKER_RATE <= 1.0
+    loud_seconds = np.count_nonzero(np.abs(played) > 0.25) / SPEAKER_RATE
+    assert 0.5 * 2 / 3 <= loud_seconds <= 2 / 3 + 0.01
     assert abs(np.abs(played).max() - 0.5) < 2e-3
-    spectrum = np.abs(np.fft.rfft(tone_part[:SPEAKER_RATE // 2]))
-    assert abs(np.argmax(spectrum) * 2 - 300) <= 2
+    start = int(np.argmax(np.abs(played) > 0.25))
+    spectrum = np.abs(np.fft.rfft(played[start:start + SPEAKER_RATE // 4]))
+    assert abs(np.argmax(spectrum) * 4 - 300) <= 4

@@ -1,4 +1,4 @@
-"""Command line: ``python -m voicechat generate | download | bench``.
+"""Command line: ``python -m voicechat generate | download | bench | live``.
 
 Exit codes: 0 ok, 2 bad usage or input, 1 any other failure.
 """
@@ -103,6 +103,58 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench_main(a)
 
 
+def cmd_live(a: argparse.Namespace) -> int:
+    from .devices import DeviceChoiceError, device_table, import_sounddevice
+    from .live import LiveOptions, run_live
+
+    if a.list_devices:
+        print(device_table(import_sounddevice()))
+        return 0
+    if a.output_file and not a.input_file:
+        raise UsageError("--output-file records what the speaker would play for --input-file; give --input-file too")
+    if a.fast and not (a.input_file and a.output_file):
+        raise UsageError("--fast runs faster than real time, so it needs --input-file and --output-file (no devices)")
+    if a.input_file and not Path(a.input_file).is_file():
+        raise UsageError(f"--input-file {a.input_file}: no such file")
+    options = LiveOptions(
+        model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=a.tools,
+        input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
+        input_file=a.input_file and Path(a.input_file), output_file=a.output_file and Path(a.output_file),
+        fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline)
+    try:
+        run_live(options)
+    except DeviceChoiceError as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
+def add_live_parser(sub) -> None:
+    from .live import DEFAULT_MAX_LAG
+
+    v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
+    v.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    v.add_argument("--demo", action="store_true", help="a tiny random-weight model (no download; answers are noise)")
+    v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools")
+    v.add_argument("--input-device", help="microphone: a number or part of a name from --list-devices (default: "
+                                          "the system's)")
+    v.add_argument("--output-device", help="speaker: a number or part of a name from --list-devices")
+    v.add_argument("--list-devices", action="store_true", help="list the audio devices and exit")
+    v.add_argument("--save", metavar="DIR", help="write conversation.wav (you left, the model right) and "
+                                                 "conversation.json here at the end")
+    v.add_argument("--input-file", metavar="WAV", help="play this recording as the microphone")
+    v.add_argument("--output-file", metavar="OUT.wav", help="write what the speaker would have played (no devices)")
+    v.add_argument("--fast", action="store_true", help="with --input-file and --output-file: faster than real time")
+    v.add_argument("--tail", type=float, default=4.0, help="seconds of silence after --input-file (default 4)")
+    v.add_argument("--seconds", type=float, help="stop after this many seconds")
+    v.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG,
+                   help=f"stop when the model falls this many seconds behind real time (default {DEFAULT_MAX_LAG:g}; "
+                        f"0 = never); tool calls hold your audio on purpose and are not counted")
+    v.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    v.set_defaults(func=cmd_live)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m voicechat", description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -141,6 +193,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
+    add_live_parser(sub)
     return p
 
 

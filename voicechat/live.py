@@ -4,8 +4,8 @@ streaming session.
     python -m voicechat live --demo                     # tiny random model: shows the loop, answers are noise
     python -m voicechat live --input-file question.wav --output-file answer.wav --fast
 
-Threads. PortAudio's callbacks only copy numpy arrays: the microphone's into :class:`Ring`, the speaker's out of
-:class:`JitterBuffer`. The engine's thread owns MLX and runs the session. The caller's thread runs :class:`LiveCall`:
+Threads. PortAudio's callbacks only copy numpy arrays (voicechat/devices.py). The engine's thread owns MLX and runs
+the session. The caller's thread runs :class:`LiveCall`:
 it moves the microphone's audio (resampled to 16 kHz with soxr's stream resampler) into the live handle, the
 answer's frames (22.05 kHz, resampled to the speaker's rate) into the jitter buffer, draws the terminal, and stops
 the call when the session falls behind real time, a device stops, or the user presses Ctrl+C.
@@ -25,344 +25,21 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, TextIO
+from typing import Callable, Optional, TextIO
 
 import numpy as np
 
-from .errors import AudioDeviceError, FellBehind, VoiceChatError
+from .devices import (FRAME_SECONDS, FileMicrophone, FileSpeaker, Microphone, Speaker, import_sounddevice,
+                      pick_device)
+from .errors import FellBehind, VoiceChatError
 
-FRAME_SECONDS = 0.08  # one timeline position (SPEC §1.2)
 INPUT_RATE = 16000  # the model's input rate
 OUTPUT_RATE = 22050  # Frame.audio's rate
 DEFAULT_MAX_LAG = 2.0  # seconds of input the session may hold before the call stops
-FAST_AHEAD = 0.32  # --fast: seconds of input handed to the session ahead of what it consumed
 TICK = 0.01  # the main loop wakes at least this often (seconds)
 STATUS_EVERY = 0.2  # redraw the status line this often on a terminal (seconds); 1 s when not a terminal
-STALL_SECONDS = 2.0  # a device whose callback has not run for this long has stopped
 HEADPHONES = ("Wear headphones: there is no echo cancellation, so through speakers the model hears itself "
               "(and answers itself).")
-PORTAUDIO_FIX = "Linux: sudo apt install libportaudio2; macOS: pip install --force-reinstall sounddevice"
-LIST_HINT = "`python -m voicechat live --list-devices` lists them"
-
-
-class DeviceChoiceError(AudioDeviceError):
-    """--input-device / --output-device names no device of that kind (a usage error)."""
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# sounddevice / PortAudio
-# ---------------------------------------------------------------------------------------------------------------
-def import_sounddevice():
-    """The sounddevice module, or one line that says how to get PortAudio (its Linux wheel does not bundle it)."""
-    try:
-        import sounddevice
-    except OSError as e:  # sounddevice raises OSError when the PortAudio library is missing or cannot load
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise AudioDeviceError(f"live audio needs the PortAudio library, which did not load ({reason}); "
-                               f"install it ({PORTAUDIO_FIX})") from None
-    except ImportError:
-        raise AudioDeviceError("live audio needs the sounddevice package: pip install sounddevice") from None
-    return sounddevice
-
-
-def device_table(sd) -> str:
-    """sounddevice's table of devices (``>`` marks the default input, ``<`` the default output)."""
-    devices = sd.query_devices()
-    if not len(devices):
-        return "no audio devices found (connect a microphone and speakers, or start the system's sound server)"
-    return f"{devices}\n(> default input, < default output; pass a number or part of a name to --input-device / " \
-           f"--output-device)"
-
-
-def pick_device(sd, spec: Optional[str], kind: str) -> tuple[int, dict]:
-    """(index, sounddevice's device dict) for ``spec`` (None: the system default; a number; or part of a name)."""
-    what = "microphone" if kind == "input" else "speaker"
-    option = f"--{kind}-device"
-    if spec is None:
-        try:
-            info = sd.query_devices(kind=kind)
-        except Exception:  # PortAudioError "Error querying device -1": there is no default device of this kind
-            raise AudioDeviceError(f"no {what} found: connect one or pick one with {option} ({LIST_HINT})") from None
-    else:
-        try:
-            info = sd.query_devices(int(spec) if spec.strip().isdigit() else spec, kind=kind)
-        except Exception as e:  # ValueError: no or several devices match; PortAudioError: bad number
-            reason = str(e).splitlines()[0] if str(e) else "no such device"
-            raise DeviceChoiceError(f"{option} {spec!r}: {reason} ({LIST_HINT})") from None
-    if info[f"max_{kind}_channels"] < 1:
-        raise DeviceChoiceError(f"{option} {spec!r}: {info['name']} has no {kind} channels ({LIST_HINT})")
-    return int(info["index"]), dict(info)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# buffers between the audio callbacks and the main loop
-# ---------------------------------------------------------------------------------------------------------------
-class Ring:
-    """A float32 ring for one writer thread and one reader thread, without locks: each side only advances its own
-    counter (a Python int, replaced atomically), so a callback never waits. Full: new samples are dropped and
-    counted."""
-
-    def __init__(self, capacity: int):
-        self._buf = np.zeros(capacity, np.float32)
-        self._written = 0  # total samples written (writer only)
-        self._read = 0  # total samples read or skipped (reader only)
-        self.dropped = 0  # samples that did not fit (writer only)
-
-    @property
-    def capacity(self) -> int:
-        return self._buf.size
-
-    @property
-    def available(self) -> int:
-        return self._written - self._read
-
-    def write(self, x: np.ndarray) -> None:
-        n = min(len(x), self.capacity - self.available)
-        self.dropped += len(x) - n
-        start = self._written % self.capacity
-        first = min(n, self.capacity - start)
-        self._buf[start:start + first] = x[:first]
-        self._buf[:n - first] = x[first:n]
-        self._written += n
-
-    def read_into(self, out: np.ndarray) -> int:
-        """Fill the head of ``out`` with up to ``len(out)`` samples; returns how many."""
-        n = min(len(out), self.available)
-        start = self._read % self.capacity
-        first = min(n, self.capacity - start)
-        out[:first] = self._buf[start:start + first]
-        out[first:n] = self._buf[:n - first]
-        self._read += n
-        return n
-
-    def read(self) -> np.ndarray:
-        """Everything available (a new array)."""
-        out = np.empty(self.available, np.float32)
-        self.read_into(out)
-        return out
-
-    def skip(self, n: int) -> None:
-        self._read += min(n, self.available)
-
-
-class JitterBuffer:
-    """What the speaker plays: the answer's audio, written by the main loop as frames arrive, read by the speaker.
-
-    The policy is Moshi's and Unmute's playback worklets' (LIVE.md §4), with the levels raised by one 80 ms frame,
-    because the session hands over audio a whole frame at a time (the worklets get 20 ms packets):
-
-    * playing starts when one frame plus ``partial`` (10 ms at first) is queued;
-    * an underrun plays silence, is counted, waits for that level again, and grows ``partial`` by 5 ms (to 80 ms);
-    * more than two frames plus ``partial`` plus ``extra`` queued (the session caught up in a burst) drops the
-      oldest audio back to the starting level and grows ``extra`` by 5 ms (from 10 to 80 ms), so the delay stays
-      bounded.
-
-    ``drain()`` (no more audio will come) plays what is left without waiting for a level.
-    """
-
-    STEP, MOST = 0.005, 0.08
-
-    def __init__(self, rate: int, seconds: float = 10.0):
-        self.rate = rate
-        self.ring = Ring(int(seconds * rate))
-        self.frame = int(FRAME_SECONDS * rate)
-        self.partial = int(0.010 * rate)
-        self.extra = int(0.010 * rate)
-        self.playing = False
-        self.draining = False
-        self.underruns = 0  # times the speaker ran dry while playing
-        self.dropped = 0  # samples dropped to keep the delay bounded (plus those that did not fit the ring)
-        self.played = 0  # samples handed to the speaker, silence included
-
-    def write(self, x: np.ndarray) -> None:
-        self.ring.write(x)
-
-    def drain(self) -> None:
-        self.draining = True
-
-    @property
-    def buffered_seconds(self) -> float:
-        return self.ring.available / self.rate
-
-    def read_into(self, out: np.ndarray) -> None:
-        """Fill ``out`` (the speaker's block): queued audio, silence where there is none."""
-        available = self.ring.available
-        start_level = self.frame + self.partial
-        if available > 2 * self.frame + self.partial + self.extra:
-            self.ring.skip(available - start_level)
-            self.dropped += available - start_level
-            self.extra = min(self.extra + int(self.STEP * self.rate), int(self.MOST * self.rate))
-        if not self.playing and (self.ring.available >= start_level or self.draining):
-            self.playing = True
-        n = self.ring.read_into(out) if self.playing else 0
-        out[n:] = 0.0
-        if self.playing and n < len(out) and not self.draining:
-            self.underruns += 1
-            self.playing = False
-            self.partial = min(self.partial + int(self.STEP * self.rate), int(self.MOST * self.rate))
-        self.played += len(out)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the two ends: devices, or a file and a virtual speaker
-# ---------------------------------------------------------------------------------------------------------------
-class DeviceStream:
-    """One PortAudio stream whose callback only copies; ``check()`` (main loop) turns a stopped device into one
-    line."""
-
-    def __init__(self, sd, device: int, info: dict, kind: str):
-        self.kind, self.name, self.info = kind, info["name"], info
-        self.rate = int(info["default_samplerate"])
-        self.calls = 0  # callbacks so far
-        self.xruns = 0  # PortAudio's input overflow / output underflow flags
-        self._last_call = time.monotonic()
-        self._finished = threading.Event()
-        self._stopping = False
-        make = sd.InputStream if kind == "input" else sd.OutputStream
-        try:
-            self.stream = make(device=device, samplerate=self.rate, channels=1, dtype="float32", latency="low",
-                               callback=self._callback, finished_callback=self._finished.set)
-        except Exception as e:  # PortAudioError: the device refuses the format, is busy, vanished ...
-            raise AudioDeviceError(f"cannot open the {self.what} {self.name!r}: {first_line(e)}; "
-                                   f"pick another with --{kind}-device ({LIST_HINT})") from None
-
-    @property
-    def what(self) -> str:
-        return "microphone" if self.kind == "input" else "speaker"
-
-    def _callback(self, *args) -> None:
-        raise NotImplementedError
-
-    def _tick(self, status) -> None:
-        self.calls += 1
-        self._last_call = time.monotonic()
-        if status:
-            self.xruns += 1
-
-    def start(self) -> None:
-        self._last_call = time.monotonic()
-        self.stream.start()
-
-    def check(self) -> None:
-        """Raise AudioDeviceError if the device stopped on its own (unplugged, sound server gone)."""
-        stalled = time.monotonic() - self._last_call > STALL_SECONDS
-        if not self._stopping and (self._finished.is_set() or stalled):
-            raise AudioDeviceError(f"the {self.what} {self.name!r} stopped "
-                                   f"({'no audio for ' + str(STALL_SECONDS) + ' s' if stalled else 'device lost'}); "
-                                   f"reconnect it and start again, or pick another with --{self.kind}-device "
-                                   f"({LIST_HINT})")
-
-    def close(self) -> None:
-        # abort, not stop: stop() waits for the device to play out or deliver its buffer, which a vanished or
-        # silent device never does
-        self._stopping = True
-        try:
-            self.stream.abort()
-            self.stream.close()
-        except Exception:  # the device is already gone: nothing left to release
-            pass
-
-
-class Microphone(DeviceStream):
-    finished = False  # a microphone never runs out
-
-    def __init__(self, sd, device: int, info: dict):
-        super().__init__(sd, device, info, "input")
-        self.ring = Ring(int(4 * self.rate))
-
-    def _callback(self, indata, frames, time_info, status) -> None:
-        self._tick(status)
-        self.ring.write(indata[:, 0])
-
-    def pull(self, lag: float) -> np.ndarray:
-        return self.ring.read()
-
-
-class Speaker(DeviceStream):
-    def __init__(self, sd, device: int, info: dict):
-        super().__init__(sd, device, info, "output")
-        self.buffer = JitterBuffer(self.rate)
-
-    def _callback(self, outdata, frames, time_info, status) -> None:
-        self._tick(status)
-        self.buffer.read_into(outdata[:, 0])
-
-    def tick(self) -> None:
-        pass
-
-
-class FileMicrophone:
-    """A recording played as the microphone: at the pace of the clock, or (``fast``) as fast as the session takes
-    it, followed by ``tail`` seconds of silence (the microphone stays open while the model answers)."""
-
-    name = "file"
-
-    def __init__(self, samples: np.ndarray, rate: int, tail: float, fast: bool, clock=time.monotonic):
-        self.samples = np.concatenate([samples, np.zeros(int(round(tail * rate)), np.float32)])
-        self.rate, self.fast, self.clock = rate, fast, clock
-        self.sent = 0
-        self._start: Optional[float] = None
-
-    def start(self) -> None:
-        self._start = self.clock()
-
-    @property
-    def finished(self) -> bool:
-        return self.sent >= self.samples.size
-
-    def pull(self, lag: float) -> np.ndarray:
-        if self.fast:
-            due = self.sent + max(0, int((FAST_AHEAD - lag) * self.rate))
-        else:
-            due = int((self.clock() - self._start) * self.rate)
-        chunk = self.samples[self.sent:min(due, self.samples.size)]
-        self.sent += chunk.size
-        return chunk
-
-    def check(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class FileSpeaker:
-    """A virtual speaker that records what it would have played: at the clock's pace through the same jitter buffer
-    (silences and drops included), or (``fast``) everything as soon as it is there."""
-
-    name = "file"
-
-    def __init__(self, rate: int, fast: bool, clock=time.monotonic):
-        self.rate, self.fast, self.clock = rate, fast, clock
-        self.buffer = JitterBuffer(rate, seconds=600.0 if fast else 10.0)
-        if fast:
-            self.buffer.drain()
-        self.blocks: list[np.ndarray] = []
-        self._start: Optional[float] = None
-
-    def start(self) -> None:
-        self._start = self.clock()
-
-    def tick(self) -> None:
-        due = self.buffer.ring.available if self.fast else int((self.clock() - self._start) * self.rate) - self.buffer.played
-        if due > 0:
-            block = np.empty(due, np.float32)
-            self.buffer.read_into(block)
-            self.blocks.append(block)
-
-    def audio(self) -> np.ndarray:
-        return np.concatenate(self.blocks) if self.blocks else np.zeros(0, np.float32)
-
-    def check(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -378,7 +55,7 @@ class LiveStats:
         self.total_seconds = 0.0
 
     def add(self, frame) -> None:
-        seconds = float(sum(frame.seconds.values()))
+        seconds = float(frame.seconds["total"])  # the position's wall time (the other keys are parts of it)
         self.recent.append(seconds)
         self.frames += 1
         self.total_seconds += seconds
@@ -416,7 +93,7 @@ class TerminalView:
         self._last_status = 0.0
 
     def say(self, speaker: str, text: str) -> None:
-        if not text:
+        if not text.strip() and speaker != self.speaker:  # a space alone does not start a line
             return
         if speaker != self.speaker:
             self.end_line()
@@ -614,8 +291,6 @@ class LiveCall:
         self.guard = LagGuard(0.0 if o.fast else o.max_lag)
         self.heard: list[np.ndarray] = []  # what the session was sent, at 16 kHz
         self.sent_seconds = 0.0
-        self.backlog = 0.0  # the handle's last report
-        self.sent_at_backlog = 0.0
         self.stop_requested = threading.Event()  # Ctrl+C
         self.stop_reason = ""
         self.error: Optional[VoiceChatError] = None
@@ -624,8 +299,8 @@ class LiveCall:
 
     @property
     def lag(self) -> float:
-        """Input the session has not consumed: its last report, plus what was sent since."""
-        return self.backlog + self.sent_seconds - self.sent_at_backlog
+        """Seconds of input sent and not yet turned into frames."""
+        return self.live.backlog_seconds
 
     # ---- the loop ---------------------------------------------------------------------------------------------
     def run(self):
@@ -650,15 +325,16 @@ class LiveCall:
                 self.view.note(f"ready (system prompt: {event.prompt_frames} positions, set up in "
                                f"{event.setup_seconds:.1f} s). Talk now; Ctrl+C stops.")
                 return
-            if event.kind in ("error", "closed"):
-                raise VoiceChatError(event.message or "the live session closed before it started")
+            if event.kind == "error":
+                raise VoiceChatError(event.message)
+            if event.kind == "closed":
+                raise VoiceChatError("the live session closed before it started")
 
     def handle(self, event) -> None:
         while event is not None:
             if event.kind == "frames":
                 for frame in event.frames:
                     self.show_frame(frame)
-                self.backlog, self.sent_at_backlog = event.backlog_seconds, self.sent_seconds
             elif event.kind == "error":
                 self.error = self.error or VoiceChatError(event.message)
                 self.ending = True
@@ -699,7 +375,7 @@ class LiveCall:
             self.guard.check(self.lag)
         except VoiceChatError as e:
             self.error = e
-            self.stop_now("error")
+            self.stop_now(f"stopped on an error ({type(e).__name__})")
             return
         if self.stop_requested.is_set():
             self.stop_now("stopped (Ctrl+C)")
@@ -732,7 +408,8 @@ class LiveCall:
 
     def summary(self) -> dict:
         return {**self.stats.summary(), "stop": self.stop_reason, "lag_s": round(self.lag, 3),
-                "underruns": self.sink.buffer.underruns, "dropped_output_samples": self.sink.buffer.dropped,
+                "underruns": self.sink.buffer.underruns, "dropped_output_seconds": round(
+                    (self.sink.buffer.dropped + self.sink.buffer.ring.dropped) / self.sink.rate, 3),
                 "input_seconds": round(self.sent_seconds, 3),
                 "input_device": self.source.name, "output_device": self.sink.name}
 
@@ -789,7 +466,7 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
     """The whole ``live`` command: open the audio ends, load the model, talk, save. Returns the call's numbers;
     raises VoiceChatError (after saving what there is) when the call ended on an error."""
     from .audio import write_wav
-    from .engine import Engine, LiveRequest
+    from .engine import Engine
 
     messages = messages or sys.stderr
     view = view or TerminalView()
@@ -804,7 +481,7 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
         engine = Engine(model_loader(o, Path(scratch)), name="the demo model" if o.demo else o.model).start()
         try:
             wait_for_engine(engine, say)
-            live = engine.open_live(LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=tools_of(o)))
+            live = engine.open_live(live_request(o))
             call = LiveCall(live, source, sink, view, o)
             try:
                 result = call.run()
@@ -822,15 +499,19 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
     if o.save is not None:
         wav, js = save_conversation(o.save, result, call.user_audio(), o, summary)
         say(f"saved {wav} and {js}")
-    say(f"{call.stop_reason or 'ended'}: {summary.get('frames', 0)} frames")
+    say(f"{call.stop_reason}: {summary.get('frames', 0)} frames")
     if call.error is not None:
         raise call.error
     return summary
 
 
-def tools_of(o: LiveOptions):
+def live_request(o: LiveOptions):
+    from .engine import LiveRequest
+
     if o.tools is None:
-        return None
+        return LiveRequest(system_prompt=o.system_prompt, seed=o.seed)
+    if "tools" not in {f.name for f in dataclasses.fields(LiveRequest)}:
+        raise VoiceChatError("--tools: this version's live session does not run tool calls yet (issue 13)")
     from .tools import BUILTIN_TOOLS
 
-    return BUILTIN_TOOLS
+    return LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=BUILTIN_TOOLS)
