@@ -171,6 +171,10 @@ class PulseAudio:
         """The microphone stops delivering audio (the FIFO stays open): PortAudio's input callbacks stop."""
         self._stalled.set()
 
+    def mic_hears_speaker(self) -> None:
+        """From now on the default microphone is the speaker's monitor: a perfect echo of what programs play."""
+        self.pactl("set-default-source", "spk.monitor")
+
     def said(self) -> bool:
         """Whether everything queued with :meth:`say` has been delivered."""
         return not self._queue

@@ -315,6 +315,35 @@ def test_live_demo_through_pulseaudio_talks_and_stops_on_ctrl_c(pulse, tmp_path)
     assert at == sorted(at)
 
 
+def level_db(x: np.ndarray) -> float:
+    return float(10 * np.log10(np.mean(np.square(x, dtype=np.float64)) + 1e-20))
+
+
+def echo_call(pulse, tmp_path, *flags: str) -> np.ndarray:
+    """6 s of a call whose microphone hears exactly what its speaker plays -> [samples, 2] (heard, answer)."""
+    pulse.mic_hears_speaker()
+    call = Running("--demo", "--save", str(tmp_path / "call"), *flags, env=pulse.env())
+    call.wait_ready()
+    time.sleep(6.0)
+    call.process.send_signal(signal.SIGINT)
+    rc, err = call.finish()
+    assert rc == 0, err
+    return sf.read(tmp_path / "call" / "conversation.wav", dtype="float32")[0]
+
+
+def test_echo_cancel_removes_the_speaker_from_the_microphone(pulse, tmp_path):
+    """The microphone is the speaker's monitor (a perfect echo, delayed by PulseAudio). Without --echo-cancel the
+    session hears the answer back at its own level; with it, at least 10 dB lower once it has learnt the room (2 s).
+    Measured here, on 2 busy cores: 17 to 90 dB; a device underrun the canceller's reference does not see sets it
+    back. Skips where the livekit package (WebRTC's audio processing) is missing."""
+    pytest.importorskip("livekit.rtc", reason="--echo-cancel needs the livekit package: pip install livekit")
+    rate = 22050
+    plain = echo_call(pulse, tmp_path / "plain")
+    assert abs(level_db(plain[2 * rate:, 0]) - level_db(plain[2 * rate:, 1])) < 6  # the echo is there
+    cancelled = echo_call(pulse, tmp_path / "cancelled", "--echo-cancel")
+    assert level_db(cancelled[2 * rate:, 0]) < level_db(cancelled[2 * rate:, 1]) - 10
+
+
 def test_input_file_gives_the_sessions_ids_and_codes(tmp_path):
     """A NeMo fixture checkpoint and its question as the microphone (as fast as the session takes it, in the pieces
     the pacing makes), then 4 s of silence: the same ids and codes as one session fed the same samples at once, and
@@ -429,6 +458,7 @@ def test_falling_behind_real_time_stops_cleanly(tmp_path):
     (["--fast"], "--fast runs faster than real time, so it needs --input-file and --output-file"),
     (["--output-file", "x.wav"], "--output-file records what the speaker would play for --input-file"),
     (["--input-file", "missing.wav"], "--input-file missing.wav: no such file"),
+    (["--input-file", str(HARNESS_WAV), "--echo-cancel"], "--echo-cancel works between a speaker and a microphone"),
 ])
 def test_usage_errors(args, message):
     run = run_live("--demo", *args)

@@ -114,13 +114,15 @@ def cmd_live(a: argparse.Namespace) -> int:
         raise UsageError("--output-file records what the speaker would play for --input-file; give --input-file too")
     if a.fast and not (a.input_file and a.output_file):
         raise UsageError("--fast runs faster than real time, so it needs --input-file and --output-file (no devices)")
+    if a.echo_cancel and a.input_file:
+        raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
     options = LiveOptions(
         model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=a.tools,
         input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
         input_file=a.input_file and Path(a.input_file), output_file=a.output_file and Path(a.output_file),
-        fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline)
+        fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline, echo_cancel=a.echo_cancel)
     try:
         run_live(options)
     except DeviceChoiceError as e:
@@ -151,6 +153,9 @@ def add_live_parser(sub) -> None:
     v.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG,
                    help=f"stop when the model falls this many seconds behind real time (default {DEFAULT_MAX_LAG:g}; "
                         f"0 = never); tool calls hold your audio on purpose and are not counted")
+    v.add_argument("--echo-cancel", action="store_true",
+                   help="remove the speaker's sound from the microphone (WebRTC AEC3; pip install livekit), so "
+                        "speakers work without headphones")
     v.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     v.set_defaults(func=cmd_live)
 

@@ -293,13 +293,16 @@ class Microphone(DeviceStream):
 
 
 class Speaker(DeviceStream):
-    def __init__(self, sd, device: int, info: dict):
+    def __init__(self, sd, device: int, info: dict, keep_played: bool = False):
         super().__init__(sd, device, info, "output")
         self.buffer = JitterBuffer(self.rate)
+        self.played = Ring(int(4 * self.rate)) if keep_played else None  # what it played, for the echo canceller
 
     def _callback(self, outdata, frames, time_info, status) -> None:
         self._tick(status)
         self.buffer.read_into(outdata[:, 0])
+        if self.played is not None:
+            self.played.write(outdata[:, 0])
 
     def tick(self) -> None:
         pass
@@ -378,3 +381,56 @@ class FileSpeaker:
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+class EchoCanceller:
+    """WebRTC's acoustic echo canceller (AEC3), from the audio processing module of the ``livekit`` package (an
+    optional dependency): it learns how what the speaker played (``played``) comes back into the microphone and
+    removes it from what the microphone heard (``clean``). Both at 16 kHz; it works on 10 ms frames, so ``clean``
+    holds back up to 10 ms."""
+
+    RATE = 16000
+    FRAME = RATE // 100
+
+    def __init__(self, delay_ms: int):
+        try:
+            from livekit import rtc
+        except ImportError:
+            raise AudioDeviceError("--echo-cancel needs WebRTC's audio processing from the livekit package: "
+                                   "pip install livekit") from None
+        self.rtc = rtc
+        self.apm = rtc.AudioProcessingModule(echo_cancellation=True)
+        self.apm.set_stream_delay_ms(delay_ms)  # a hint: AEC3 estimates the delay itself
+        self.far = np.zeros(0, np.float32)
+        self.near = np.zeros(0, np.float32)
+        self.seconds = 0.0  # spent in the module
+        self.frames = 0  # 10 ms microphone frames cleaned
+
+    def played(self, x: np.ndarray) -> None:
+        self.far = np.concatenate([self.far, x])
+        while self.far.size >= self.FRAME:
+            self._process(self.apm.process_reverse_stream, self.far[:self.FRAME])
+            self.far = self.far[self.FRAME:]
+
+    def clean(self, x: np.ndarray) -> np.ndarray:
+        self.near = np.concatenate([self.near, x])
+        whole = self.near.size // self.FRAME * self.FRAME
+        out = [self._process(self.apm.process_stream, self.near[i:i + self.FRAME]) for i in range(0, whole, self.FRAME)]
+        self.near = self.near[whole:]
+        self.frames += len(out)
+        return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+    def _process(self, step, x: np.ndarray) -> np.ndarray:
+        """One 10 ms frame through ``step`` (in place, as 16-bit PCM)."""
+        pcm = (np.clip(x, -1.0, 1.0) * 32767.0).round().astype(np.int16)
+        frame = self.rtc.AudioFrame(pcm.tobytes(), self.RATE, 1, self.FRAME)
+        t0 = time.perf_counter()
+        step(frame)
+        self.seconds += time.perf_counter() - t0
+        return np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) / 32767.0
+
+    @property
+    def ms_per_model_frame(self) -> float:
+        """Milliseconds spent per 80 ms of microphone audio (its reverse stream included)."""
+        return 1000 * self.seconds / max(self.frames, 1) * 8
+

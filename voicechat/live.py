@@ -29,8 +29,8 @@ from typing import Callable, Optional, TextIO
 
 import numpy as np
 
-from .devices import (FRAME_SECONDS, FileMicrophone, FileSpeaker, Microphone, Speaker, import_sounddevice,
-                      pick_device)
+from .devices import (FRAME_SECONDS, EchoCanceller, FileMicrophone, FileSpeaker, Microphone, Speaker,
+                      import_sounddevice, pick_device)
 from .errors import FellBehind, VoiceChatError
 
 INPUT_RATE = 16000  # the model's input rate
@@ -38,8 +38,9 @@ OUTPUT_RATE = 22050  # Frame.audio's rate
 DEFAULT_MAX_LAG = 2.0  # seconds of input the session may hold before the call stops
 TICK = 0.01  # the main loop wakes at least this often (seconds)
 STATUS_EVERY = 0.2  # redraw the status line this often on a terminal (seconds); 1 s when not a terminal
-HEADPHONES = ("Wear headphones: there is no echo cancellation, so through speakers the model hears itself "
-              "(and answers itself).")
+HEADPHONES = ("Wear headphones: without --echo-cancel, the model hears itself through speakers (and answers "
+              "itself).")
+ECHO_CANCEL = "Echo cancellation is on (WebRTC AEC3): it learns the room in the first seconds the model talks."
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,13 +210,14 @@ class LiveOptions:
     tail: float = 4.0  # seconds of silence after input_file
     seconds: Optional[float] = None  # stop after this many seconds of input
     max_lag: float = DEFAULT_MAX_LAG  # 0: never stop for lag
+    echo_cancel: bool = False  # WebRTC's echo canceller between the speaker and the microphone (pip install livekit)
     offline: bool = False
     tokenizer: Optional[str] = None
 
 
 def open_ends(o: LiveOptions):
-    """(source, sink): the microphone or the input file, the speaker or the virtual one. Runs before the model loads,
-    so a missing PortAudio, device or file fails at once."""
+    """(source, sink, echo canceller or None): the microphone or the input file, the speaker or the virtual one.
+    Runs before the model loads, so a missing PortAudio, device, file or package fails at once."""
     from .audio import read_audio
 
     sd = import_sounddevice() if o.input_file is None or o.output_file is None else None
@@ -225,8 +227,21 @@ def open_ends(o: LiveOptions):
     else:
         source = Microphone(sd, *pick_device(sd, o.input_device, "input"))
     sink = FileSpeaker(OUTPUT_RATE, o.fast) if o.output_file is not None else \
-        Speaker(sd, *pick_device(sd, o.output_device, "output"))
-    return source, sink
+        Speaker(sd, *pick_device(sd, o.output_device, "output"), keep_played=o.echo_cancel)
+    # the delay from playing a sample to hearing it back: both devices' buffers and one main-loop tick
+    echo = EchoCanceller(round(1000 * (source.stream.latency + sink.stream.latency + TICK))) if o.echo_cancel \
+        else None
+    return source, sink, echo
+
+
+def resampler(rate: int, target: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Chunks at ``rate`` -> chunks at ``target`` through one soxr stream resampler (chunk edges leave no trace)."""
+    if rate == target:
+        return lambda x: x
+    import soxr
+
+    stream = soxr.ResampleStream(rate, target, 1, dtype="float32")
+    return lambda x: stream.resample_chunk(x) if x.size else x
 
 
 def model_loader(o: LiveOptions, scratch: Path):
@@ -279,14 +294,11 @@ class LiveCall:
     """One conversation on the engine's live handle: moves audio both ways, draws the terminal, enforces the lag
     bound, stops cleanly, and returns the Result."""
 
-    def __init__(self, live, source, sink, view: TerminalView, o: LiveOptions):
-        import soxr
-
-        self.live, self.source, self.sink, self.view, self.o = live, source, sink, view, o
-        self.to_model = None if source.rate == INPUT_RATE else \
-            soxr.ResampleStream(source.rate, INPUT_RATE, 1, dtype="float32")
-        self.to_speaker = None if sink.rate == OUTPUT_RATE else \
-            soxr.ResampleStream(OUTPUT_RATE, sink.rate, 1, dtype="float32")
+    def __init__(self, live, source, sink, view: TerminalView, o: LiveOptions, echo: Optional[EchoCanceller] = None):
+        self.live, self.source, self.sink, self.view, self.o, self.echo = live, source, sink, view, o, echo
+        self.to_model = resampler(source.rate, INPUT_RATE)
+        self.to_speaker = resampler(OUTPUT_RATE, sink.rate)
+        self.played_to_model = resampler(sink.rate, INPUT_RATE)
         self.stats = LiveStats()
         self.guard = LagGuard(0.0 if o.fast else o.max_lag)
         self.heard: list[np.ndarray] = []  # what the session was sent, at 16 kHz
@@ -355,14 +367,16 @@ class LiveCall:
             self.guard.tool_event(event.kind, self.lag)
             for line in tool_lines(event):
                 self.view.note(line)
-        audio = frame.audio if self.to_speaker is None else self.to_speaker.resample_chunk(frame.audio)
-        self.sink.buffer.write(audio)
+        self.sink.buffer.write(self.to_speaker(frame.audio))
 
     def pump_input(self) -> None:
-        x = self.source.pull(self.lag)
+        if self.echo is not None:  # what the speaker played first: the echo canceller needs it before the echo
+            self.echo.played(self.played_to_model(self.sink.played.read()))
+        x = self.to_model(self.source.pull(self.lag))
+        if self.echo is not None:
+            x = self.echo.clean(x)
         if x.size == 0:
             return
-        x = x if self.to_model is None else self.to_model.resample_chunk(x)
         self.live.send(x, INPUT_RATE)
         self.heard.append(x)
         self.sent_seconds += x.size / INPUT_RATE
@@ -411,6 +425,7 @@ class LiveCall:
                 "underruns": self.sink.buffer.underruns, "dropped_output_seconds": round(
                     (self.sink.buffer.dropped + self.sink.buffer.ring.dropped) / self.sink.rate, 3),
                 "input_seconds": round(self.sent_seconds, 3),
+                "echo_cancel_ms_per_frame": None if self.echo is None else round(self.echo.ms_per_model_frame, 3),
                 "input_device": self.source.name, "output_device": self.sink.name}
 
     def user_audio(self) -> np.ndarray:
@@ -474,15 +489,15 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
     def say(line: str) -> None:
         print(line, file=messages, flush=True)
 
-    source, sink = open_ends(o)
+    source, sink, echo = open_ends(o)
     if o.input_file is None:
-        say(HEADPHONES)
+        say(ECHO_CANCEL if echo is not None else HEADPHONES)
     with tempfile.TemporaryDirectory(prefix="voicechat-live-") as scratch:
         engine = Engine(model_loader(o, Path(scratch)), name="the demo model" if o.demo else o.model).start()
         try:
             wait_for_engine(engine, say)
             live = engine.open_live(live_request(o))
-            call = LiveCall(live, source, sink, view, o)
+            call = LiveCall(live, source, sink, view, o, echo)
             try:
                 result = call.run()
             finally:
