@@ -344,17 +344,19 @@ def test_echo_cancel_removes_the_speaker_from_the_microphone(pulse, tmp_path):
     assert level_db(cancelled[2 * rate:, 0]) < level_db(cancelled[2 * rate:, 1]) - 10
 
 
-def test_input_file_gives_the_sessions_ids_and_codes(tmp_path):
+@pytest.mark.parametrize("rate", [16000, 44100])
+def test_input_file_gives_the_sessions_ids_and_codes(tmp_path, rate):
     """A NeMo fixture checkpoint and its question as the microphone (as fast as the session takes it, in the pieces
-    the pacing makes), then 4 s of silence: the same ids and codes as one session fed the same samples at once, and
-    the speaker file is the answer."""
+    the pacing makes; at 44.1 kHz resampled as it goes), then 4 s of silence: the same ids and codes as one session
+    fed the same samples at once, and the speaker file is the answer."""
+    question = voicechat.audio.resample(sf.read(HARNESS_WAV, dtype="float32")[0], 16000, rate)
+    sf.write(tmp_path / "question.wav", question, rate, subtype="FLOAT")
     save, out = tmp_path / "call", tmp_path / "spoken.wav"
-    run = run_live("--model", str(NEMO / "tiny_model"), "--input-file", str(HARNESS_WAV), "--output-file",
-                   str(out), "--fast", "--tail", "4", "--save", str(save), "--seed", "3")
+    run = run_live("--model", str(NEMO / "tiny_model"), "--input-file", str(tmp_path / "question.wav"),
+                   "--output-file", str(out), "--fast", "--tail", "4", "--save", str(save), "--seed", "3")
     assert run.returncode == 0, run.stderr
     assert "end of the input file" in run.stderr
 
-    question, rate = sf.read(HARNESS_WAV, dtype="float32")
     session = voicechat.load(NEMO / "tiny_model").session(seed=3)
     session.feed(np.concatenate([question, np.zeros(4 * rate, np.float32)]), rate)
     session.flush()

@@ -234,14 +234,21 @@ def open_ends(o: LiveOptions):
     return source, sink, echo
 
 
-def resampler(rate: int, target: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Chunks at ``rate`` -> chunks at ``target`` through one soxr stream resampler (chunk edges leave no trace)."""
-    if rate == target:
-        return lambda x: x
-    import soxr
+class Resampler:
+    """Chunks at ``rate`` -> chunks at ``target`` through one soxr stream resampler (chunk edges leave no trace);
+    ``flush()`` gives what its filter still holds, once the input has ended."""
 
-    stream = soxr.ResampleStream(rate, target, 1, dtype="float32")
-    return lambda x: stream.resample_chunk(x) if x.size else x
+    def __init__(self, rate: int, target: int):
+        import soxr
+
+        self.stream = None if rate == target else soxr.ResampleStream(rate, target, 1, dtype="float32")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return x if self.stream is None or not x.size else self.stream.resample_chunk(x)
+
+    def flush(self) -> np.ndarray:
+        return np.zeros(0, np.float32) if self.stream is None else self.stream.resample_chunk(
+            np.zeros(0, np.float32), last=True)
 
 
 def model_loader(o: LiveOptions, scratch: Path):
@@ -296,9 +303,9 @@ class LiveCall:
 
     def __init__(self, live, source, sink, view: TerminalView, o: LiveOptions, echo: Optional[EchoCanceller] = None):
         self.live, self.source, self.sink, self.view, self.o, self.echo = live, source, sink, view, o, echo
-        self.to_model = resampler(source.rate, INPUT_RATE)
-        self.to_speaker = resampler(OUTPUT_RATE, sink.rate)
-        self.played_to_model = resampler(sink.rate, INPUT_RATE)
+        self.to_model = Resampler(source.rate, INPUT_RATE)
+        self.to_speaker = Resampler(OUTPUT_RATE, sink.rate)
+        self.played_to_model = Resampler(sink.rate, INPUT_RATE)
         self.stats = LiveStats()
         self.guard = LagGuard(0.0 if o.fast else o.max_lag)
         self.heard: list[np.ndarray] = []  # what the session was sent, at 16 kHz
@@ -347,8 +354,9 @@ class LiveCall:
             if event.kind == "frames":
                 for frame in event.frames:
                     self.show_frame(frame)
-            elif event.kind == "error":
+            elif event.kind == "error":  # the session ended on it; "closed" follows
                 self.error = self.error or VoiceChatError(event.message)
+                self.stop_reason = self.stop_reason or "stopped on an error"
                 self.ending = True
             elif event.kind == "closed":
                 self.closed = True
@@ -375,6 +383,9 @@ class LiveCall:
         x = self.to_model(self.source.pull(self.lag))
         if self.echo is not None:
             x = self.echo.clean(x)
+        self.send(x)
+
+    def send(self, x: np.ndarray) -> None:
         if x.size == 0:
             return
         self.live.send(x, INPUT_RATE)
@@ -398,6 +409,7 @@ class LiveCall:
         elif self.source.finished:
             self.stop_reason = "end of the input file"
             self.ending = True
+            self.send(self.to_model.flush())  # the whole file reaches the session, as if fed at once
             self.live.flush()  # the session answers what is left, then closes
 
     def stop_now(self, reason: str) -> None:
@@ -501,11 +513,11 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
             try:
                 result = call.run()
             finally:
-                source.close()
-                sink.close()
                 live.close()
             view.close(call.status())
         finally:
+            source.close()
+            sink.close()
             engine.close()
     summary = call.summary()
     if o.output_file is not None:
