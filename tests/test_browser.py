@@ -19,14 +19,14 @@ CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def missing() -> str:
-    if not Path(CHROMIUM).is_file():
-        return f"{CHROMIUM} is not installed (apt-get install chromium)"
+def missing(chromium: str = CHROMIUM) -> str:
+    """Every missing piece in one line (so that one install round is enough), or ""."""
+    pieces = [] if Path(chromium).is_file() else [f"{chromium} (apt-get install chromium)"]
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "playwright is not installed (pip install -r tests/requirements.txt; never `playwright install`)"
-    return ""
+        pieces.append("playwright (pip install -r tests/requirements.txt; never `playwright install`)")
+    return "missing " + " and ".join(pieces) if pieces else ""
 
 
 if missing():
@@ -49,6 +49,14 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-
 SCREENSHOTS = [REPO / "outputs" / "screenshots"]
 if os.environ.get("VOICECHAT_UPDATE_SCREENSHOTS") == "1":
     SCREENSHOTS.append(REPO / "assets" / "screenshots")
+
+
+def test_the_skip_reason_names_every_missing_piece(tmp_path, monkeypatch):
+    assert missing() == ""
+    assert missing(str(tmp_path / "chromium")) == f"missing {tmp_path / 'chromium'} (apt-get install chromium)"
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # the import now fails, as when it is not installed
+    both = missing(str(tmp_path / "chromium"))
+    assert both.startswith(f"missing {tmp_path / 'chromium'} (apt-get install chromium) and playwright (pip install")
 
 
 @pytest.fixture(scope="module")

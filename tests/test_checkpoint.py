@@ -13,7 +13,7 @@ from conftest import NEMO
 import voicechat
 from voicechat.checkpoint import fit_layout, read_weights, resolve_checkpoint
 from voicechat.errors import CheckpointError, ConfigError, ModelUnavailable
-from voicechat.testing import LAYOUTS, write_checkpoint
+from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
-"""``python -m voicechat``: generate on every layout, byte-identical seeded WAVs, and exit codes for bad input."""
+"""``python -m voicechat``: generate on every layout, byte-identical seeded WAVs, the conversation record, where
+answers go, and exit codes for bad input and bad output paths (found before the model loads)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -9,8 +11,17 @@ import pytest
 import soundfile as sf
 
 from conftest import HARNESS_WAV, NEMO, TESTS
+from test_audio import write_with_pyav
 from voicechat.__main__ import main
-from voicechat.testing import LAYOUTS, write_checkpoint
+from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
+from voicechat.result import CONVERSATION_FIELDS
+
+# what the app's conversation.json held before the shared schema (app.py save_outputs): all of it is still there
+APP_KEYS_BEFORE = {"app", "model", "demo_model", "created", "input_file", "input_sample_rate", "input_seconds",
+                   "system_prompt", "seed", "generation_config", "user_transcript", "assistant_text", "function_text",
+                   "frame_seconds", "first_frame", "prompt_frames", "input_frames", "text_tokens", "function_tokens",
+                   "audio_codes", "text_pieces", "function_pieces", "answer_seconds", "answer_sample_rate", "timings_s",
+                   "wall_seconds", "settings"} - {"app"}  # "app": "voicechat" became "source": "app" / "cli"
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +45,27 @@ def test_generate_on_every_layout(layout, layouts, tmp_path, capsys):
     info = json.loads(js.read_text())
     assert len(data) == len(info["text_tokens"]) * 1764 == (28 + 5) * 1764
     assert info["settings"]["system_prompt"] == "Be brief." and len(info["audio_codes"][0]) == 31
+    assert f"wrote {out} " in captured.err and f"wrote {js}" in captured.err
+
+
+def test_json_is_the_documented_conversation_record(layouts, tmp_path, capsys):
+    js = tmp_path / "c.json"
+    assert main(["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--output-audio",
+                 str(tmp_path / "a.wav"), "--json", str(js), "--extra-seconds", "0.4", "--seed", "3", "--quiet"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    info = json.loads(js.read_text())
+    assert list(info) == list(CONVERSATION_FIELDS) and APP_KEYS_BEFORE <= set(info)
+    assert (info["schema"], info["source"], info["input_file"], info["answer_file"]) == (
+        "voicechat.conversation/1", "cli", "question_16k.wav", "a.wav")
+    assert (info["input_sample_rate"], info["input_seconds"], info["seed"]) == (16000, round(34484 / 16000, 3), 3)
+    assert info["generation_config"]["extra_seconds"] == 0.4 and info["model"] == str(layouts["nested"])
+    assert printed[0] == f"[user] {info['user_transcript']}" and printed[1] == info["assistant_text"].strip()
+    # the words at their frames: each piece is the non-pad token of its frame, and together they are the text
+    first, tokens = info["first_frame"], info["text_tokens"]
+    assert info["text_pieces"] and all(tokens[frame - first] == token for frame, token, _ in info["text_pieces"])
+    assert "".join(text for *_, text in info["text_pieces"]) == info["assistant_text"]
+    kept = [i for i, t in enumerate(tokens) if t not in (1, 2, 12)]  # pad <SPECIAL_12>, bos <s>, eos </s>
+    assert [frame - first for frame, *_ in info["text_pieces"]] == kept
 
 
 def test_seeded_cli_runs_write_identical_bytes(layouts, tmp_path):
@@ -55,15 +87,54 @@ def test_reference_mode_on_the_nemo_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize("make, words", [
     (lambda p: p / "nope.wav", "no such file"),
+    (lambda p: p, "is a folder; give one recording (a file)"),
     (lambda p: (p / "bad.wav").write_text("not audio") and p / "bad.wav", "not a readable audio file"),
     (lambda p: sf.write(p / "short.wav", np.zeros(200, np.int16), 16000) or p / "short.wav", "shorter than one"),
     (lambda p: sf.write(p / "nan.wav", np.full(4000, np.nan, np.float32), 16000, subtype="FLOAT") or p / "nan.wav",
      "NaN"),
 ])
-def test_bad_input_exits_2_with_a_message(make, words, layouts, tmp_path, capsys):
+def test_bad_input_exits_2_with_a_message(make, words, tmp_path, capsys):
     audio = make(tmp_path)
-    assert main(["generate", "--model", str(layouts["nested"]), "--audio", str(audio), "--quiet"]) == 2
-    assert words in capsys.readouterr().err
+    # checked before the model loads: the missing model would be exit 1
+    assert main(["generate", "--model", str(tmp_path / "no model"), "--audio", str(audio), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--output-audio", "missing/a.wav", "the folder {tmp}/missing does not exist; create it first"),
+    ("--json", "missing/deeper/a.json", "the folder {tmp}/missing/deeper does not exist"),
+    ("--output-audio", ".", "is a folder; give a file name in it"),
+    ("--json", ".", "is a folder; give a file name in it"),
+])
+def test_bad_output_path_exits_2_before_the_model_loads(option, value, words, tmp_path, capsys):
+    target = str(tmp_path / value)
+    assert main(["generate", "--model", str(tmp_path / "no model"), "--audio", str(HARNESS_WAV), option, target]) == 2
+    err = capsys.readouterr().err
+    assert words.format(tmp=tmp_path) in err and err.count("\n") == 1
+    assert not (tmp_path / "missing").exists()
+    assert main(["bench", "--model", str(tmp_path / "no model"), "--json", str(tmp_path / "missing/b.json")]) == 2
+
+
+def test_without_output_audio_the_answer_goes_next_to_you(layouts, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--quiet", "--extra-seconds", "0"]
+    assert main(args) == 0
+    first = tmp_path / "question_16k-answer.wav"
+    assert f"wrote {first} (" in capsys.readouterr().err and sf.info(first).samplerate == 22050
+    assert main(args) == 0  # never overwrites: the next answer gets the next name
+    assert f"wrote {tmp_path / 'question_16k-answer-2.wav'} (" in capsys.readouterr().err
+    assert first.read_bytes() == (tmp_path / "question_16k-answer-2.wav").read_bytes()
+
+
+def test_a_voice_memo_in_m4a_is_answered(layouts, tmp_path, capsys):
+    samples, rate = sf.read(HARNESS_WAV, dtype="float32")
+    memo = write_with_pyav(tmp_path / "Voice Memo.m4a", "aac", np.stack([samples, samples]), rate)
+    assert main(["generate", "--model", str(layouts["nested"]), "--audio", str(memo), "--output-audio",
+                 str(tmp_path / "a.wav"), "--json", str(tmp_path / "a.json"), "--quiet", "--extra-seconds", "0"]) == 0
+    assert capsys.readouterr().out.startswith("[user] ")
+    info = json.loads((tmp_path / "a.json").read_text())
+    assert info["input_file"] == "Voice Memo.m4a" and info["input_sample_rate"] == 16000
 
 
 def test_bad_usage_and_missing_model(tmp_path, capsys):
@@ -72,9 +143,9 @@ def test_bad_usage_and_missing_model(tmp_path, capsys):
     assert "neither a checkpoint directory nor a Hugging Face repo id" in capsys.readouterr().err
 
 
-def test_module_entry_point(layouts):
+def test_module_entry_point(layouts, tmp_path):
     p = subprocess.run([sys.executable, "-m", "voicechat", "generate", "--model", str(layouts["nested"]),
-                        "--audio", str(HARNESS_WAV), "--quiet", "--extra-seconds", "0"],
-                       capture_output=True, text=True, cwd=TESTS.parent, timeout=300)
+                        "--audio", str(HARNESS_WAV), "--quiet", "--extra-seconds", "0"], capture_output=True,
+                       text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent)}, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("[user] ")
+    assert p.stdout.startswith("[user] ") and (tmp_path / "question_16k-answer.wav").is_file()

@@ -10,9 +10,9 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from conftest import NEMO
-from voicechat.checkpoint import UNUSED_KEYS, fit_layout, load_into, read_weights
-from voicechat.config import CodecConfig, load_config
-from voicechat.tts.codec import (AudioCodec, CausalDepthwiseConv1d, StridedConv1d, StridedConvTranspose1d,
+from voicechat.checkpoint import UNUSED_KEYS, fit_layout, load_config, load_into, read_weights
+from voicechat.config import CodecConfig
+from voicechat.tts.codec import (AudioCodec, StridedConv1d, StridedConvTranspose1d,
                                  bounded_magnitude, hann_window, head_spectrum, overlap_add, pad_to_multiple,
                                  stft_channels, windowed_frames)
 
@@ -200,21 +200,6 @@ def test_strided_conv_as_matmul():
     layer.weight = fit_layout("w", mx.array(w), layer.weight.shape)
     got = np.array(layer(mx.array(x.transpose(0, 2, 1))))
     np.testing.assert_allclose(got, expected.transpose(0, 2, 1), atol=1e-5)
-
-
-def test_causal_depthwise_conv():
-    rng = np.random.default_rng(2)
-    c, k, t = 3, 7, 10
-    w = rng.normal(size=(c, 1, k)).astype(np.float32)  # torch depthwise Conv1d
-    b = rng.normal(size=(c,)).astype(np.float32)
-    x = rng.normal(size=(1, c, t)).astype(np.float32)
-    padded = np.pad(x, [(0, 0), (0, 0), (k - 1, 0)])  # NeMo: F.pad(x, [k - 1, 0])
-    expected = np.stack([(padded[0, :, ti:ti + k] * w[:, 0]).sum(-1) + b for ti in range(t)], axis=-1)
-    layer = CausalDepthwiseConv1d(c, k)
-    layer.weight = fit_layout("w", mx.array(w), layer.weight.shape)
-    layer.bias = mx.array(b)
-    got = np.array(layer(mx.array(padded.transpose(0, 2, 1))))
-    np.testing.assert_allclose(got[0], expected.T, atol=1e-5)
 
 
 def test_prvq_greedy_residual_hand_case():

@@ -8,15 +8,23 @@ from dataclasses import replace
 import pytest
 
 from conftest import NEMO, TESTS
-from voicechat.config import (NANO_9B_V2, GenerationConfig, gemma_layer_types, load_config, parse_config,
-                              parse_quantization, read_rnnt_vocab, split_top_p_or_k)
+from voicechat.checkpoint import load_config, read_rnnt_vocab, read_weights
+from voicechat.config import (NANO_9B_V2, NANO_9B_V2_CONFIG, RUNTIME_DEFAULTS, AudioConfig, CharEncoderConfig,
+                              CodecConfig, EncoderConfig, GemmaConfig, GenerationConfig, MoGConfig, ModelConfig,
+                              PreprocessorConfig, RNNTConfig, TTSConfig, gemma_layer_types, parse_config, parse_llm,
+                              parse_quantization, split_top_p_or_k)
 from voicechat.errors import ConfigError
 
 PEERS = TESTS / "fixtures" / "peers"
+TINY_LLM = NEMO / "tiny_model" / "Nemotron-H-tiny"
 
 
 def nested_tiny() -> dict:
     return json.loads((NEMO / "tiny_model" / "config.json").read_text())
+
+
+def tiny_llm() -> dict:
+    return json.loads((TINY_LLM / "config.json").read_text())
 
 
 def test_nested_nemo_fixture_resolves_llm_dir_relative_to_checkpoint():
@@ -43,8 +51,7 @@ def test_variant2_geometry_and_speaker_name():
 
 def test_runtime_config_written_by_mlx_vlm_matches_its_nested_source():
     source = json.loads((PEERS / "mlx_vlm_tiny_source_config.json").read_text())
-    source["model"]["stt"]["model"]["pretrained_llm"] = str(NEMO / "tiny_model" / "Nemotron-H-tiny")
-    nested = parse_config(source)
+    nested = parse_config(source, tiny_llm())
     runtime = parse_config(json.loads((PEERS / "mlx_vlm_tiny_config.json").read_text()))
     assert runtime.format == "runtime" and nested.format == "nested"
     # mlx-vlm's text_config drops chunk_size (a scan detail, not a result) and writes the limit's inf as 1e30
@@ -69,7 +76,7 @@ def test_missing_key_names_its_path():
     cfg = nested_tiny()
     del cfg["model"]["speech_generation"]["model"]["tts_config"]["mog_head_config"]
     with pytest.raises(ConfigError, match="'mog_head_config'"):
-        parse_config(cfg, NEMO / "tiny_model")
+        parse_config(cfg, tiny_llm())
 
 
 def test_pretrained_llm_hub_id_uses_the_public_geometry_and_unknown_names_fail():
@@ -96,7 +103,7 @@ def test_unsupported_settings_are_refused_not_ignored():
             d = d[k]
         d[path[-1]] = value
         with pytest.raises(ConfigError):
-            parse_config(cfg, NEMO / "tiny_model")
+            parse_config(cfg, tiny_llm())
 
 
 def test_top_p_or_k_follows_the_python_type():
@@ -139,3 +146,77 @@ def test_gemma_layer_rule():
 def test_generation_config_defaults_are_greedy_text():
     g = GenerationConfig()
     assert g.text_temperature == 0.0 and not g.reference and g.tts_top_p is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one default per field: a config that leaves a key out gets the dataclass default, in both formats
+# ----------------------------------------------------------------------------------------------------------------
+ENCODER = {"feat_in": 80, "n_layers": 2, "d_model": 64, "subsampling": "dw_striding", "conv_context_size": "causal"}
+BACKBONE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4}
+CHARS = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
+MOG = {"intermediate_size": 128, "num_layers": 2, "low_rank": 8, "num_predictions": 16}
+TTS_SIZES = {"latent_size": 32, "codebook_size": 64, "num_quantizers": 31}
+CODEC = {"latent_size": 32, "base_hidden_size": 16, "codebook_size": 64, "num_quantizers": 31}
+RNNT_DECODER = {"prednet": {"pred_hidden": 32}, "vocab_size": 3}
+RNNT_JOINT = {"jointnet": {"encoder_hidden": 64, "joint_hidden": 32}, "num_classes": 3}
+
+
+def expected_minimal(tts_defaults: dict, model_defaults: dict, fmt: str, rnnt_vocab: tuple) -> ModelConfig:
+    """The minimal configs below, built from the dataclasses with only their required fields."""
+    return ModelConfig(
+        llm=parse_llm(NANO_9B_V2_CONFIG),
+        audio=AudioConfig(PreprocessorConfig(), EncoderConfig(feat_in=80, n_layers=2, d_model=64), 4480,
+                          RNNTConfig(vocab_size=3, pred_hidden=32, encoder_hidden=64, joint_hidden=32,
+                                     vocabulary=rnnt_vocab)),
+        tts=TTSConfig(backbone=GemmaConfig(**BACKBONE, layer_types=gemma_layer_types(3, 6)),
+                      char_encoder=CharEncoderConfig(**CHARS), mog=MoGConfig(**MOG), **TTS_SIZES, **tts_defaults),
+        codec=CodecConfig(**CODEC), format=fmt, **model_defaults)
+
+
+def test_a_minimal_nested_config_parses_to_the_dataclass_defaults():
+    cfg = {"model": {"stt": {"model": {"pretrained_llm": NANO_9B_V2,
+                                       "perception": {"preprocessor": {}, "encoder": ENCODER}}},
+                     "speech_generation": {"model": {
+                         "tts_config": {**TTS_SIZES, "backbone_config": BACKBONE, "mog_head_config": MOG,
+                                        "cas_config": {"backbone_config": {"encoder": CHARS}}},
+                         "codec_config": CODEC}}},
+           "_rnnt_merge_info": {"decoder_config": RNNT_DECODER, "joint_config": RNNT_JOINT}}
+    got = parse_config(cfg, rnnt_vocab=["a", "b", "c"])
+    assert got == expected_minimal({}, {"pretrained_llm": NANO_9B_V2}, "nested", ("a", "b", "c"))
+
+
+def test_a_minimal_runtime_config_parses_to_the_dataclass_and_runtime_defaults():
+    cfg = {"model_type": "nemotron_voicechat", "text_config": NANO_9B_V2_CONFIG,
+           "audio_config": {"preprocessor": {}, "encoder": ENCODER, "decoder": RNNT_DECODER, "joint": RNNT_JOINT},
+           "tts_config": {**TTS_SIZES, **BACKBONE, "character_encoder": CHARS, "mog_head": MOG},
+           "codec_config": {}}
+    expected = expected_minimal(RUNTIME_DEFAULTS["tts"], RUNTIME_DEFAULTS["model"], "runtime", ())
+    assert parse_config(cfg) == replace(expected, codec=CodecConfig())
+
+
+def test_a_key_the_config_leaves_out_means_what_nemo_uses():
+    # NeMo built the fixture from a config without `use_bias`: its encoder has biases (NeMo's default, True), and the
+    # parsed config says so, while the release sets use_bias false explicitly
+    raw = nested_tiny()["model"]["stt"]["model"]["perception"]["encoder"]
+    assert "use_bias" not in raw
+    assert load_config(NEMO / "tiny_model").audio.encoder.use_bias is True
+    assert "stt_model.perception.encoder.layers.0.self_attn.linear_q.bias" in read_weights(NEMO / "tiny_model")
+
+
+def test_derived_defaults_follow_the_other_fields():
+    assert PreprocessorConfig(window_size=0.025).n_fft == 512 and PreprocessorConfig(window_size=0.01).n_fft == 256
+    assert EncoderConfig(feat_in=8, n_layers=1, d_model=48).subsampling_conv_channels == 48
+    assert EncoderConfig(feat_in=8, n_layers=1, d_model=48, subsampling_conv_channels=-1).subsampling_conv_channels == 48
+    assert GemmaConfig(**BACKBONE, layer_types=("full_attention",) * 3).num_key_value_heads == 4
+    llm = parse_llm({**NANO_9B_V2_CONFIG, "num_key_value_heads": None, "head_dim": None})
+    assert (llm.num_key_value_heads, llm.head_dim) == (40, 4480 // 40)
+
+
+def test_parsing_reads_no_files(tmp_path):
+    # the LLM directory a nested config names is read by the checkpoint loader, never by the parser
+    (tmp_path / "config.json").write_text(json.dumps(tiny_llm()))
+    cfg = nested_tiny()
+    cfg["model"]["stt"]["model"]["pretrained_llm"] = str(tmp_path)
+    with pytest.raises(ConfigError, match="neither nvidia/NVIDIA-Nemotron-Nano-9B-v2 nor a directory"):
+        parse_config(cfg)
+    assert parse_config(cfg, tiny_llm()).llm.hidden_size == 64

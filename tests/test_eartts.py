@@ -12,13 +12,12 @@ import mlx.core as mx
 from tokenizers import Tokenizer
 
 from voicechat.benchmarks import count_ops
-from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import load_config
+from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.errors import CheckpointError, ConfigError
+from voicechat.model import DERIVED_KEYS
 from voicechat.tts.eartts import (RVQEARTTSModel, WarmupInputs, depthsum, prompt_samples, unmasking_schedule,
                                   warmup_inputs, warmup_waveform)
 from voicechat.tts.mog import KeyNoise
-from voicechat.tts.subword import FLAG_TABLE_KEYS
 
 TOL = 1e-4
 GREEDY = HARNESS_TTS["greedy"]
@@ -139,7 +138,7 @@ def test_checkpoint_without_flag_buffers():
     full = read_weights(NEMO / "tiny_model_aria")
     weights = {k: v for k, v in full.items() if not k.endswith(("is_continuation", "special_flags", "pad_tensor"))}
     model = RVQEARTTSModel(cfg.tts, len(vocab))
-    absent = load_into(model, weights, prefix="tts_model.tts_model.", optional=FLAG_TABLE_KEYS)
+    absent = load_into(model, weights, prefix="tts_model.tts_model.", optional=DERIVED_KEYS)
     assert len(absent) == 4
     model.set_text_vocab(vocab, vocab["<s>"], vocab["</s>"], fill_flag_tables=True)
     ref = reference("greedy_aria")

@@ -359,7 +359,7 @@ def test_close_cancels_waiting_jobs_and_stops_the_thread():
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    from voicechat.testing import write_tiny_checkpoint
+    from voicechat.random_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("demo") / "model", seed=0)
 

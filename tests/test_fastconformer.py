@@ -14,11 +14,12 @@ from conftest import NEMO
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_map
 
-from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import EncoderConfig, load_config
+from voicechat.checkpoint import load_config, load_into, read_weights
+from voicechat.config import EncoderConfig
+from voicechat.model import DERIVED_KEYS
 from voicechat.stt.fastconformer import (ConformerEncoder, ConvSubsampling, RelPositionMultiHeadAttention,
                                          attention_context, skew_to_keys, subsampled_length)
-from voicechat.stt.perception import DERIVED_BUFFERS, Perception
+from voicechat.stt.perception import Perception
 
 RUNS = {"greedy": "tiny_model", "v2_greedy_aria": "tiny_v2_aria"}  # 2 layers / 3 layers, 80 / 128 mels
 PARITY = 1e-4
@@ -94,7 +95,7 @@ def test_loads_without_featurizer_buffers():
     """A checkpoint without the window / filterbank buffers loads (they are derived) and gives NeMo's output."""
     weights = {k: v for k, v in read_weights(NEMO / "tiny_v2_aria").items() if ".featurizer." not in k}
     perception = Perception(load_config(NEMO / "tiny_v2_aria").audio)
-    skipped = load_into(perception, weights, prefix="stt_model.perception.", optional=DERIVED_BUFFERS)
+    skipped = load_into(perception, weights, prefix="stt_model.perception.", optional=DERIVED_KEYS)
     assert sorted(skipped) == ["stt_model.perception.preprocessor.featurizer.fb",
                                "stt_model.perception.preprocessor.featurizer.window"]
     ref = np.load(NEMO / "v2_greedy_aria" / "reference.npz")
@@ -106,8 +107,10 @@ def test_loads_without_featurizer_buffers():
 # checkpoint layout of the release configuration (SPEC §2.2.4: 26 tensors per layer, 12 in pre_encode)
 # ----------------------------------------------------------------------------------------------------------------
 def release_like(d_model=64, heads=4, channels=16, mels=128, layers=2, **changes) -> EncoderConfig:
-    cfg = EncoderConfig(feat_in=mels, n_layers=layers, d_model=d_model, n_heads=heads,
-                        subsampling_conv_channels=channels, conv_norm_type="layer_norm", xscaling=False, use_bias=False)
+    cfg = EncoderConfig(feat_in=mels, n_layers=layers, d_model=d_model, n_heads=heads, subsampling_factor=8,
+                        subsampling_conv_channels=channels, conv_kernel_size=9, conv_norm_type="layer_norm",
+                        att_context_size=(70, 0), att_context_style="chunked_limited", xscaling=False, use_bias=False,
+                        causal_downsampling=True)
     return replace(cfg, **changes)
 
 

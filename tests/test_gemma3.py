@@ -9,7 +9,8 @@ import conftest  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 from voicechat.config import GemmaConfig
-from voicechat.tts.gemma3 import Gemma3TextModel, KVCache, RotatingKVCache
+from voicechat.cache import KVCache
+from voicechat.tts.gemma3 import Gemma3TextModel
 
 HEADS, KV_HEADS, DIM = 4, 2, 8
 STEPS = 13
@@ -46,9 +47,9 @@ def test_rotating_cache_is_windowed_attention(blocks, window):
     q = rng.standard_normal((1, HEADS, STEPS, DIM)).astype(np.float32)
     k, v = (rng.standard_normal((1, KV_HEADS, STEPS, DIM)).astype(np.float32) for _ in range(2))
     expected = windowed_attention(q[0], k[0], v[0], window, 0.3)
-    got = run_cache(RotatingKVCache(window), mx.array(q), mx.array(k), mx.array(v), blocks, 0.3)
+    got = run_cache(KVCache(window), mx.array(q), mx.array(k), mx.array(v), blocks, 0.3)
     assert np.abs(got - expected).max() < 1e-5
-    full = run_cache(KVCache(), mx.array(q), mx.array(k), mx.array(v), blocks, 0.3)
+    full = run_cache(KVCache(None), mx.array(q), mx.array(k), mx.array(v), blocks, 0.3)
     if window >= STEPS:  # shorter than the window: identical to full attention
         assert np.abs(got - full).max() < 1e-6
     else:
@@ -59,12 +60,12 @@ def test_full_cache_is_causal_attention():
     rng = np.random.default_rng(1)
     q = rng.standard_normal((1, HEADS, STEPS, DIM)).astype(np.float32)
     k, v = (rng.standard_normal((1, KV_HEADS, STEPS, DIM)).astype(np.float32) for _ in range(2))
-    got = run_cache(KVCache(), mx.array(q), mx.array(k), mx.array(v), [4, 1, 1, 7], 0.3)
+    got = run_cache(KVCache(None), mx.array(q), mx.array(k), mx.array(v), [4, 1, 1, 7], 0.3)
     assert np.abs(got - windowed_attention(q[0], k[0], v[0], np.inf, 0.3)).max() < 1e-5
 
 
 def test_cache_grows_past_its_first_allocation():
-    cache = RotatingKVCache(300)
+    cache = KVCache(300)
     k = mx.ones((1, 1, 1, 2))
     for _ in range(299):
         cache.update_and_fetch(k, k)

@@ -167,7 +167,7 @@ def test_progress_is_reported_per_frame_and_can_cancel():
 
 def test_the_transcript_comes_frame_by_frame(tmp_path):
     """The RNNT runs on each frame as it is heard: the per-frame pieces add up to the final transcript."""
-    from voicechat.testing import write_checkpoint
+    from voicechat.random_checkpoint import write_checkpoint
 
     m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))  # has an RNNT head
     session = m.session()
@@ -179,7 +179,7 @@ def test_the_transcript_comes_frame_by_frame(tmp_path):
 def test_release_layout_runs_every_channel(tmp_path):
     """Our own tiny checkpoint in the release layout has what NeMo 3.0.0 lacks: the function head (weight 2.0) and
     the RNNT transcript head; the loop fills both channels."""
-    from voicechat.testing import write_checkpoint
+    from voicechat.random_checkpoint import write_checkpoint
 
     m = voicechat.load(write_checkpoint(tmp_path / "ckpt", "nested"))
     r = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GenerationConfig(extra_seconds=0.0))
@@ -190,10 +190,13 @@ def test_release_layout_runs_every_channel(tmp_path):
 
 
 def test_text_sampling_rules():
-    specials = {12, 1, 2}
-    key = mx.random.key(0)
-    sample = lambda logits, history, gen, k=key: sample_text_token(  # noqa: E731
-        logits, int(mx.argmax(logits).item()), np.array(history, np.int64), specials, gen, k)
+    specials = mx.array([1, 2, 12])
+    vocab = 16
+
+    def sample(logits, history, gen, key=mx.random.key(0)):
+        seen = mx.array([i in history and i not in (1, 2, 12) for i in range(vocab)])
+        return sample_text_token(logits, mx.argmax(logits), seen, specials, gen, key).item()
+
     logits = mx.array([0.0, 0.0, 0.0, 5.0, 4.9, -3.0] + [0.0] * 10)
     assert sample(logits, [], GenerationConfig()) == 3
     hot = GenerationConfig(text_temperature=1.0, text_top_p=0.01)
@@ -206,6 +209,14 @@ def test_text_sampling_rules():
     assert draws == {12}  # an argmax of pad/bos/eos is kept as is (BR's rule)
     spread = {sample(logits, [], GenerationConfig(text_temperature=5.0), mx.random.key(s)) for s in range(40)}
     assert len(spread) > 2
+
+
+def test_sampled_text_is_reproducible_and_seeded():
+    m = model("tiny_model")
+    cfg = GenerationConfig(extra_seconds=0.3, **voicechat.NVIDIA_SAMPLING)
+    a, b = (m.generate(HARNESS_WAV, system_prompt=PROMPT, seed=5, config=cfg) for _ in range(2))
+    c = m.generate(HARNESS_WAV, system_prompt=PROMPT, seed=6, config=cfg)
+    assert np.array_equal(a.text_tokens, b.text_tokens) and not np.array_equal(a.text_tokens, c.text_tokens)
 
 
 @pytest.mark.parametrize("run", ["sampled_aria", "v2_greedy_aria"])

@@ -12,8 +12,8 @@ import pytest
 from conftest import NEMO
 import mlx.core as mx
 
-from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import load_config
+from voicechat import cache
+from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.stt import nemotron_h
 from voicechat.stt.nemotron_h import NemotronH, segment_sum, step_sizes
 
@@ -84,7 +84,7 @@ def random_inputs(name: str, length: int, seed: int = 0) -> mx.array:
 
 @pytest.mark.parametrize("name", [g[0] for g in GEOMETRIES])
 def test_cached_steps_equal_full_recompute(name, monkeypatch):
-    monkeypatch.setattr(nemotron_h, "KV_GROWTH", 8)  # the attention buffers grow several times
+    monkeypatch.setattr(cache, "FIRST_CAPACITY", 8)  # the attention buffers grow several times
     llm = build_llm(name)
     length = 3 * llm.layers[0].mixer.chunk_size + 5
     x = random_inputs(name, length)

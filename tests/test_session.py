@@ -8,7 +8,6 @@ encoder frames), so the positions the end creates are NeMo's too and no position
 
 from functools import lru_cache
 
-import mlx.core as mx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -90,7 +89,7 @@ def test_chunks_give_nemo_offline_output_at_every_position(run, size):
 def release_model(tmp_path_factory):
     """Our tiny checkpoint in the release layout: a function head (weight 2.0) and an RNNT head, which NeMo 3.0.0
     lacks."""
-    from voicechat.testing import write_checkpoint
+    from voicechat.random_checkpoint import write_checkpoint
 
     return voicechat.load(write_checkpoint(tmp_path_factory.mktemp("release") / "ckpt", "nested"))
 
@@ -216,3 +215,27 @@ def test_text_stream_waits_for_a_whole_character():
         pytest.skip("this tokenizer encodes é as one token")
     stream = TextStream(tok, skip=set())
     assert [stream.add(i) for i in ids] == [""] * (len(ids) - 1) + ["é"]
+
+
+def test_the_readme_streaming_example_runs(tmp_path):
+    """examples/stream_session.py on our tiny checkpoint (random weights: its words are noise) writes an answer of one
+    1764-sample piece per 80 ms of input and prints what it heard and said."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from voicechat.random_checkpoint import write_checkpoint
+
+    root = Path(__file__).parents[1]
+    ckpt = write_checkpoint(tmp_path / "ckpt", "nested")
+    out = tmp_path / "answer.wav"
+    run = subprocess.run([sys.executable, str(root / "examples" / "stream_session.py"),
+                          str(HARNESS_WAV), str(out), "--model", str(ckpt), "--tail", "0.4"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(root)})  # as after `pip install .`
+    assert run.returncode == 0, run.stderr
+    answer, rate = sf.read(out, dtype="float32")
+    frames = -(-(len(recording()) + 6400) // 1280)  # recording + 0.4 s, in 80 ms frames (the last one padded)
+    assert rate == 22050 and abs(len(answer) - frames * SAMPLES_PER_FRAME) <= 2 * SAMPLES_PER_FRAME
+    assert "ready in" in run.stdout and "user said:" in run.stdout and "assistant said:" in run.stdout

@@ -9,8 +9,7 @@ from conftest import NEMO
 import mlx.core as mx
 from tokenizers import Tokenizer
 
-from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import load_config
+from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.errors import ConfigError
 from voicechat.tts.subword import CHAR_VOCAB_SIZE, CharAwareSubwordEncoder, CharTable, flag_tables
 
@@ -27,7 +26,7 @@ def encoder():
     vocab = tiny_vocab()
     enc = CharAwareSubwordEncoder(cfg.char_encoder, cfg.backbone.hidden_size, len(vocab))
     load_into(enc, read_weights(NEMO / "tiny_model"), prefix=PREFIX)
-    enc.char_table = CharTable.from_vocab(vocab)
+    enc.set_char_table(CharTable.from_vocab(vocab))
     return enc
 
 

@@ -8,11 +8,12 @@
 from . import compute  # noqa: F401  (preloads an optimized BLAS before anything imports mlx)
 from .config import NVIDIA_SAMPLING, GenerationConfig
 from .errors import (AudioInputError, Cancelled, CheckpointError, ConfigError, ModelUnavailable, TimelineFull,
-                     VoiceChatError)
+                     ToolError, VoiceChatError)
 from .loop import Model, load
 from .session import Frame, Session
 from .result import FrameUpdate, Result
+from .tools import Tool, ToolCall, tool
 
 __all__ = ["load", "Model", "Session", "Frame", "GenerationConfig", "Result", "FrameUpdate", "NVIDIA_SAMPLING",
            "VoiceChatError", "ConfigError", "CheckpointError", "ModelUnavailable", "AudioInputError", "Cancelled",
-           "TimelineFull"]
+           "TimelineFull", "Tool", "ToolCall", "tool", "ToolError"]

@@ -1,18 +1,21 @@
-"""Command line: ``python -m voicechat generate | download | bench | live``.
+"""Command line: ``voicechat generate | download | bench | serve | live`` (installed with the package; the same as
+``python -m voicechat ...``).
 
-Exit codes: 0 ok, 2 bad usage or input, 1 any other failure.
+Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
-from .errors import AudioInputError, VoiceChatError
+from .errors import AudioInputError, ToolError, VoiceChatError
 
 
 class UsageError(Exception):
@@ -48,45 +51,91 @@ def generation_config(a: argparse.Namespace):
                             tts_noise_scale=a.tts_noise, turn_markers=a.turn_markers, **text)
 
 
-def result_json(result) -> dict:
-    return {
-        "user_transcript": result.user_transcript, "text": result.text, "function_text": result.function_text,
-        "sample_rate": result.sample_rate, "seconds": round(result.seconds, 3), "first_frame": result.first_frame,
-        "prompt_frames": result.prompt_frames, "input_frames": result.input_frames,
-        "frame_seconds": result.frame_seconds, "text_tokens": result.text_tokens.tolist(),
-        "function_tokens": result.function_tokens.tolist(), "audio_codes": result.audio_codes.tolist(),
-        "timings_s": {k: round(v, 4) for k, v in result.timings.items()}, "settings": result.settings,
-    }
+def input_file(path: str) -> Path:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UsageError(f"--audio {path} is a folder; give one recording (a file)")
+    if not p.is_file():
+        raise UsageError(f"--audio {path}: no such file")
+    return p
+
+
+def output_file(path: Optional[str], option: str) -> Optional[Path]:
+    """An output path checked before the long run: its folder must exist and it must not be a folder itself."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name in it")
+    if not p.parent.is_dir():
+        raise UsageError(f"{option} {path}: the folder {p.parent} does not exist; create it first")
+    return p
+
+
+def default_answer_file(recording: Path) -> Path:
+    """``<recording name>-answer.wav`` in the current folder, numbered so that no file is overwritten."""
+    names = (f"{recording.stem}-answer{'' if n == 1 else f'-{n}'}.wav" for n in itertools.count(1))
+    return next(p for p in (Path.cwd() / name for name in names) if not p.exists())
+
+
+def chosen_tools(a: argparse.Namespace) -> tuple:
+    """``--tools builtin`` and ``--tools-module path.py``, checked before the model loads (at most 5 in all)."""
+    from .tools import BUILTIN_TOOLS, load_tools_module
+    from .tools.declare import checked_tools
+
+    tools = list(BUILTIN_TOOLS) if a.tools == "builtin" else []
+    if a.tools_module:
+        tools += load_tools_module(a.tools_module)
+    return checked_tools(tools)
+
+
+def print_tool_calls(result) -> None:
+    for call in result.tool_calls:
+        outcome = f"error: {call.error}" if call.error else json.dumps(call.result, ensure_ascii=False)
+        print(f"[tool] {call.name or '?'}({json.dumps(call.arguments, ensure_ascii=False)}) -> {outcome}")
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
     from . import load
-    from .audio import write_wav
+    from .audio import check_recording, read_audio, write_wav
+    from .engine import make_answer
+    from .result import conversation_json
 
-    if not Path(a.audio).is_file():
-        raise UsageError(f"--audio {a.audio}: no such file")
+    recording = input_file(a.audio)
+    answer_file = output_file(a.output_audio, "--output-audio") or default_answer_file(recording)
+    json_file = output_file(a.json, "--json")
     gen = generation_config(a)
+    samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
+    check_recording(samples, rate, max_seconds=gen.max_input_seconds)
+    tools = chosen_tools(a)
     t0 = time.perf_counter()
     print(f"loading {a.model} ...", file=sys.stderr)
     model = load(a.model, tokenizer=a.tokenizer, offline=a.offline)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     bar = ProgressBar()
+    t0 = time.perf_counter()
     try:
-        result = model.generate(a.audio, None, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
-                                config=gen, progress=None if a.quiet else bar)
+        result = model.generate(samples, rate, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
+                                config=gen, progress=None if a.quiet else bar, tools=tools)
     finally:
         if not a.quiet:
             bar.close()
+    wall = time.perf_counter() - t0
     if result.user_transcript:
         print(f"[user] {result.user_transcript}")
     print(result.text.strip())
     if result.function_text.strip():
         print(f"[function] {result.function_text.strip()}")
-    if a.output_audio:
-        write_wav(a.output_audio, result.audio, result.sample_rate)
-        print(f"wrote {a.output_audio} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
-    if a.json:
-        Path(a.json).write_text(json.dumps(result_json(result), indent=1, ensure_ascii=False))
+    print_tool_calls(result)
+    write_wav(answer_file, result.audio, result.sample_rate)
+    print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
+    if json_file:
+        record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model,
+                                   input_file=recording.name, input_sample_rate=rate, input_seconds=len(samples) / rate,
+                                   system_prompt=a.system_prompt, seed=a.seed, generation_config=gen,
+                                   answer_file=answer_file.name)
+        json_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {json_file}", file=sys.stderr)
     return 0
 
 
@@ -100,7 +149,35 @@ def cmd_download(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     from .benchmarks.frame import main as bench_main
 
+    output_file(a.json, "--json")
     return bench_main(a)
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    try:
+        import uvicorn  # noqa: F401
+        import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
+
+        from .realtime import serve
+    except ImportError as e:
+        raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
+                         "(or pip install \"voicechat[app]\")") from None
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    return 0
+
+
+def add_serve_parser(sub) -> None:
+    import os
+
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
+    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id ({DEFAULT_MODEL})")
+    s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
+                   help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    s.set_defaults(func=cmd_serve)
 
 
 def cmd_live(a: argparse.Namespace) -> int:
@@ -119,7 +196,7 @@ def cmd_live(a: argparse.Namespace) -> int:
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
     options = LiveOptions(
-        model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=a.tools,
+        model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=chosen_tools(a),
         input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
         input_file=a.input_file and Path(a.input_file), output_file=a.output_file and Path(a.output_file),
         fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline, echo_cancel=a.echo_cancel)
@@ -138,7 +215,10 @@ def add_live_parser(sub) -> None:
     v.add_argument("--demo", action="store_true", help="a tiny random-weight model (no download; answers are noise)")
     v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools")
+    v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
+                                                         "calculator, unit conversion)")
+    v.add_argument("--tools-module", metavar="PATH.py",
+                   help="let the model call the tools this Python file defines; at most 5 tools in all")
     v.add_argument("--input-device", help="microphone: a number or part of a name from --list-devices (default: "
                                           "the system's)")
     v.add_argument("--output-device", help="speaker: a number or part of a name from --list-devices")
@@ -160,17 +240,26 @@ def add_live_parser(sub) -> None:
     v.set_defaults(func=cmd_live)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m voicechat", description="NemotronLabs-VoiceChat-11B on MLX.")
+def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
     g.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
-    g.add_argument("--audio", required=True, help="input recording (WAV, FLAC, OGG, MP3; any rate and channels)")
-    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV)")
+    g.add_argument("--audio", required=True,
+                   help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
+    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
+                                          "<recording name>-answer.wav in the current folder)")
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
-    g.add_argument("--json", help="write transcript, texts, per-frame token ids, codes, settings and timings here")
+    g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
+                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
+                                  "conversation.json)")
+    g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
+                                                         "calculator, unit conversion)")
+    g.add_argument("--tools-module", metavar="PATH.py",
+                   help="let the model call the tools this Python file defines (@voicechat.tools.tool functions or "
+                        "voicechat.tools.Tool objects); at most 5 tools in all")
     g.add_argument("--reference", action="store_true",
                    help="NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept in the audio")
     g.add_argument("--extra-seconds", type=float, help="append exactly this much silence (default: until the answer ends)")
@@ -198,18 +287,20 @@ def parser() -> argparse.ArgumentParser:
 
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
+    add_serve_parser(sub)
     add_live_parser(sub)
     return p
 
 
 def main(argv=None) -> int:
+    prog = "voicechat" if Path(sys.argv[0]).name == "voicechat" else "python -m voicechat"  # the installed command
     try:
-        args = parser().parse_args(argv)
+        args = parser(prog).parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage error
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError) as e:
+    except (UsageError, AudioInputError, ToolError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

@@ -1,20 +1,24 @@
-"""Audio in and out: read any file soundfile can (WAV, FLAC, OGG, MP3), check it, resample, write PCM16 WAVs.
+"""Audio in and out: decode a recording, check it, resample, write PCM16 WAVs.
 
-Conventions (ECOSYSTEM.md §5): float32 mono in [-1, 1]; integers scaled by their full range; channels averaged;
-soxr's HQ resampler; output written as 16-bit PCM.
+Decoding: soundfile (libsndfile) for WAV, FLAC, OGG and MP3; every other format through PyAV, whose wheel ships its
+own FFmpeg: M4A/AAC (what a Mac records), Opus, WebM (what browsers record), CAF, ... Conventions (ECOSYSTEM.md §5):
+float32 mono in [-1, 1]; integers scaled by their full range; channels averaged; soxr's HQ resampler; output written
+as 16-bit PCM. Error messages name the file, never its folder (a server's paths stay private).
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
+from .config import FRAME_SECONDS, MAX_INPUT_SECONDS
 from .errors import AudioInputError
 
-DEFAULT_MAX_SECONDS = 600.0  # 10 minutes
+ADVISED_SECONDS = 60.0  # the model was trained on conversations of up to about 2 minutes; shorter questions work best
 
 
 def to_float32(samples: np.ndarray) -> np.ndarray:
@@ -34,16 +38,47 @@ def to_float32(samples: np.ndarray) -> np.ndarray:
 
 def read_audio(path: Union[str, Path]) -> tuple[np.ndarray, int]:
     """Decode a file to (mono float32 samples, sample rate)."""
+    path = Path(path)
+    if path.is_dir():
+        raise AudioInputError(f"{path.name} is a folder, not an audio file")
+    if not path.is_file():
+        raise AudioInputError(f"{path.name} does not exist")
+    decoded = read_with_soundfile(path)
+    data, rate = decoded if decoded is not None else read_with_pyav(path)
+    return to_float32(data), rate
+
+
+def read_with_soundfile(path: Path) -> Optional[tuple[np.ndarray, int]]:
+    """[samples, channels] float32 and the rate, or None when libsndfile cannot read the file (PyAV may)."""
     import soundfile as sf
 
-    path = Path(path)
-    if not path.is_file():
-        raise AudioInputError(f"{path} does not exist")
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    except Exception as e:  # soundfile raises LibsndfileError / RuntimeError for unknown or broken files
-        raise AudioInputError(f"{path.name} is not a readable audio file ({str(e).strip() or type(e).__name__})") from None
-    return to_float32(data), int(rate)
+    except RuntimeError:  # soundfile's LibsndfileError: a format it does not know, or a broken file
+        return None
+    return data, int(rate)
+
+
+def read_with_pyav(path: Path) -> tuple[np.ndarray, int]:
+    """The first audio stream through FFmpeg: [samples, channels] float32 and the rate."""
+    import av
+
+    try:
+        with av.open(str(path), metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                raise AudioInputError(f"{path.name} has no audio track")
+            # planar float32 at the stream's own rate and channels: resampling and mixing stay ours (soxr, mean)
+            resampler = av.AudioResampler(format="fltp")
+            planes = [frame.to_ndarray() for packet_frame in container.decode(container.streams.audio[0])
+                      for frame in resampler.resample(packet_frame)]
+            planes += [frame.to_ndarray() for frame in resampler.resample(None)]
+            rate = container.streams.audio[0].codec_context.sample_rate
+    except (av.FFmpegError, ValueError) as e:  # ValueError: a stream whose format changes midway
+        reason = getattr(e, "strerror", None) or type(e).__name__
+        raise AudioInputError(f"{path.name} is not a readable audio file ({reason})") from None
+    if not planes:
+        return np.zeros((0, 1), np.float32), int(rate)
+    return np.concatenate(planes, axis=1).T, int(rate)
 
 
 def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
@@ -54,16 +89,10 @@ def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
     return soxr.resample(x, rate, target).astype(np.float32)
 
 
-def prepare_input(audio: Union[np.ndarray, str, Path], sample_rate: int | None, target_rate: int,
-                  min_samples: int, max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
-    """The model's input: mono float32 at ``target_rate``, checked. ``audio`` is samples (with their rate) or a
-    file path (rate read from the file)."""
-    if isinstance(audio, (str, Path)):
-        x, sample_rate = read_audio(audio)
-    else:
-        if sample_rate is None:
-            raise AudioInputError("sample_rate is required when audio is given as samples")
-        x = to_float32(audio)
+def check_recording(x: np.ndarray, sample_rate: int, min_seconds: float = FRAME_SECONDS,
+                    max_seconds: float = MAX_INPUT_SECONDS) -> float:
+    """Refuse what the model cannot use (empty, NaN, shorter than ``min_seconds``, longer than ``max_seconds``);
+    return the length in seconds. ``x``: mono float32 samples at ``sample_rate``."""
     if sample_rate <= 0:
         raise AudioInputError(f"sample rate {sample_rate} is not positive")
     if x.size == 0:
@@ -73,14 +102,71 @@ def prepare_input(audio: Union[np.ndarray, str, Path], sample_rate: int | None, 
     seconds = x.size / sample_rate
     if seconds > max_seconds:
         raise AudioInputError(f"the recording is {seconds:.1f} s long; the limit is {max_seconds:.0f} s")
-    x = resample(x, sample_rate, target_rate)
-    if x.size < min_samples:
-        raise AudioInputError(
-            f"the recording is {1000 * seconds:.0f} ms long, shorter than one {1000 * min_samples / target_rate:.0f} ms frame"
-        )
-    return x
+    if seconds < min_seconds:
+        raise AudioInputError(f"the recording is too short ({1000 * seconds:.0f} ms, shorter than one "
+                              f"{1000 * min_seconds:.0f} ms frame); record at least a word")
+    return seconds
 
 
+def prepare_input(audio: Union[np.ndarray, str, Path], sample_rate: int | None, target_rate: int,
+                  min_samples: int, max_seconds: float = MAX_INPUT_SECONDS) -> np.ndarray:
+    """The model's input: mono float32 at ``target_rate``, checked. ``audio`` is samples (with their rate) or a
+    file path (rate read from the file)."""
+    if isinstance(audio, (str, Path)):
+        x, sample_rate = read_audio(audio)
+    else:
+        if sample_rate is None:
+            raise AudioInputError("sample_rate is required when audio is given as samples")
+        x = to_float32(audio)
+    check_recording(x, sample_rate, min_samples / target_rate, max_seconds)
+    return resample(x, sample_rate, target_rate)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# checking an upload before it is run
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UploadCheck:
+    """What :func:`check_upload` found: the recording is usable; ``message`` is one line for the user."""
+
+    seconds: float
+    sample_rate: int
+    message: str
+    warning: bool  # longer than advised: it runs, but the user should know the wait
+
+
+def check_upload(path: Union[str, Path], realtime_factor: Optional[float] = None,
+                 advised_seconds: float = ADVISED_SECONDS, max_seconds: float = MAX_INPUT_SECONDS) -> UploadCheck:
+    """Decode and check an uploaded recording at upload time, before it waits in a queue. Raises
+    :class:`AudioInputError` (one line) when it cannot be used; otherwise says its length, and warns with the
+    expected wait (``seconds x realtime_factor``, the caller's measured or expected RTF) when it is longer than
+    ``advised_seconds``."""
+    x, rate = read_audio(path)
+    seconds = check_recording(x, rate, FRAME_SECONDS, max_seconds)
+    name = Path(path).name
+    if seconds <= advised_seconds:
+        return UploadCheck(seconds, rate, f"{name}: {duration_words(seconds)}.", False)
+    message = f"{name} is {duration_words(seconds)} long; recordings under {duration_words(advised_seconds)} work best."
+    if realtime_factor:
+        message += (f" At the current speed (RTF {realtime_factor:.3g}) the answer takes about "
+                    f"{duration_words(seconds * realtime_factor)}.")
+    return UploadCheck(seconds, rate, message, True)
+
+
+def duration_words(seconds: float) -> str:
+    """'45 s', '3 min 5 s', '2 h 4 min' (what a status line says; hours to the nearest minute)."""
+    if seconds < 59.5:
+        return f"{seconds:.0f} s" if seconds >= 9.5 else f"{seconds:.1f} s"
+    if round(seconds) < 3600:
+        minutes, secs = divmod(round(seconds), 60)
+        return f"{minutes} min" + (f" {secs} s" if secs else "")
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# writing
+# ----------------------------------------------------------------------------------------------------------------
 def to_int16(x: np.ndarray) -> np.ndarray:
     return (np.clip(np.asarray(x, dtype=np.float32), -1.0, 1.0) * 32767.0).round().astype(np.int16)
 

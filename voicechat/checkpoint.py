@@ -1,4 +1,5 @@
-"""Checkpoints: find them (local directory or Hugging Face Hub), read their shards, and load them strictly.
+"""Checkpoints: find them (local directory or Hugging Face Hub), read their config files and shards, and load them
+strictly. (``config.py`` parses what is read here.)
 
 Every published layout keeps NVIDIA's key names (``stt_model.*`` / ``tts_model.*``) and PyTorch tensor layouts
 (CHECKPOINTS.md); our module tree has the same key names, so loading is: read -> sanitize (shape-gated layout
@@ -11,15 +12,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .config import NANO_9B_V2, NANO_9B_V2_REVISION, QuantizationConfig, QuantSpec
-from .errors import CheckpointError, ModelUnavailable
+from .config import (NANO_9B_V2, NANO_9B_V2_REVISION, ModelConfig, QuantizationConfig, QuantSpec, nested_pretrained_llm,
+                     parse_config, parse_rnnt_vocab)
+from .errors import CheckpointError, ConfigError, ModelUnavailable
 
 DEFAULT_MODEL = "mlx-community/NemotronLabs-VoiceChat-11B-4bit"
 # Tensors in the published files that inference never reads: BatchNorm's training counter, the PRVQ variances
@@ -103,6 +105,62 @@ def check_complete(path: Path, repo_id: Optional[str] = None) -> Path:
         fix = f"`hf download {repo_id} --local-dir DIR`" if repo_id else "a complete copy of the checkpoint"
         raise ModelUnavailable(f"{path} is missing {', '.join(missing[:6])}; get {fix}")
     return path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading the config files
+# ----------------------------------------------------------------------------------------------------------------
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON ({e})") from None
+
+
+def local_llm_dir(pretrained_llm: Optional[str], checkpoint_dir: Optional[Path]) -> Optional[Path]:
+    """The local directory ``pretrained_llm`` names, if there is one: absolute, relative to the checkpoint, or a folder
+    of that name inside it (NeMo writes absolute paths of the machine that trained). It holds the LLM's config.json
+    and may hold the text tokenizer."""
+    if not pretrained_llm:
+        return None
+    candidates = [Path(pretrained_llm).expanduser()]
+    if checkpoint_dir is not None:
+        candidates += [Path(checkpoint_dir) / pretrained_llm, Path(checkpoint_dir) / Path(pretrained_llm).name]
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def read_llm_config(pretrained_llm: Optional[str], checkpoint_dir: Optional[Path]) -> Optional[dict]:
+    """The config.json of the LLM a nested config names, when there is a local copy (None: there is not)."""
+    directory = local_llm_dir(pretrained_llm, checkpoint_dir)
+    if directory is None or not (directory / "config.json").is_file():
+        return None
+    return read_json(directory / "config.json")
+
+
+def read_rnnt_vocab(checkpoint_dir: Path) -> Optional[list]:
+    """``rnnt_tokenizer/vocab.json`` (SPEC §4.1), None when the checkpoint has none."""
+    path = Path(checkpoint_dir) / "rnnt_tokenizer" / "vocab.json"
+    return parse_rnnt_vocab(read_json(path), str(path)) if path.is_file() else None
+
+
+def load_config(checkpoint_dir: Path) -> ModelConfig:
+    """Parse ``<dir>/config.json``, with the files it refers to: the LLM's config.json (nested format) and
+    ``rnnt_tokenizer/vocab.json`` when the config has no RNNT vocabulary."""
+    checkpoint_dir = Path(checkpoint_dir)
+    raw = read_json(checkpoint_dir / "config.json")
+    llm = read_llm_config(nested_pretrained_llm(raw), checkpoint_dir)
+    cfg = parse_config(raw, llm, read_rnnt_vocab(checkpoint_dir))
+    rnnt = cfg.audio.rnnt
+    if rnnt is not None and not rnnt.vocabulary:
+        raise ConfigError(
+            f"{checkpoint_dir}: the RNNT transcript head has no vocabulary (neither in config.json nor in "
+            "rnnt_tokenizer/vocab.json)"
+        )
+    if rnnt is not None and len(rnnt.vocabulary) != rnnt.vocab_size:
+        raise ConfigError(f"RNNT vocabulary has {len(rnnt.vocabulary)} pieces, the RNNT head {rnnt.vocab_size} classes")
+    return cfg
 
 
 def resolve_tokenizer_file(checkpoint_dir: Path, llm_dir: Optional[Path], tokenizer: Optional[str] = None,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from itertools import accumulate
+from typing import Optional
 
 _BLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
@@ -36,7 +38,17 @@ def preload_blas() -> str | None:
     return None
 
 
+def keep_kernel_cache() -> None:
+    """MLX's CUDA backend compiles its kernels on first use (minutes for this model on a fresh machine) and caches
+    them under the system temp folder, which reboots clear: keep them in the user's cache folder instead, unless the
+    user chose a place (``MLX_PTX_CACHE_DIR``). Metal ships its kernels built; this changes nothing there."""
+    from pathlib import Path
+
+    os.environ.setdefault("MLX_PTX_CACHE_DIR", str(Path.home() / ".cache" / "voicechat" / "mlx-ptx"))
+
+
 BLAS = preload_blas()
+keep_kernel_cache()
 
 import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
 
@@ -59,14 +71,66 @@ def compile_enabled() -> bool:
 
 
 class CompiledFunctions:
-    """Per-frame functions by key, compiled on first use when :func:`compile_enabled` and kept. The modules a
-    function reads are its implicit inputs, so later weight loads or quantization are seen. A plain object: not
-    part of any parameter tree."""
+    """Per-frame functions by key, compiled on first use when :func:`compile_enabled` and kept. The weights they read
+    are captured as constants (no per-call flattening of the module tree): the model is loaded once and its weights
+    never change afterwards. A plain object: not part of any parameter tree."""
 
     def __init__(self):
         self.functions: dict = {}
 
-    def get(self, key, fn, modules: list):
+    def get(self, key, fn):
         if key not in self.functions:
-            self.functions[key] = mx.compile(fn, inputs=list(modules)) if compile_enabled() else fn
+            self.functions[key] = mx.compile(fn) if compile_enabled() else fn
         return self.functions[key]
+
+
+class Derived:
+    """An array computed from a weight once (and again only if the weight is replaced), kept outside the parameter
+    tree. :func:`voicechat.model.prepare` fills every one at load, so none is first computed inside a compiled
+    function."""
+
+    def __init__(self):
+        self.source: Optional[mx.array] = None
+        self.value: Optional[mx.array] = None
+
+    def of(self, source: mx.array, make) -> mx.array:
+        if self.source is not source:
+            self.source, self.value = source, make(source)
+        return self.value
+
+
+class Fused:
+    """Several projections of the same input as one matmul (a kernel instead of several per call). At load,
+    :meth:`prepare` concatenates their weights (and biases) and puts views of the joint arrays back in the layers, so
+    the weights are held once and the module tree keeps the checkpoint's names. Quantized layers stay apart."""
+
+    def __init__(self):
+        self.joint: tuple = ()  # (weight, bias or None)
+        self.parts: tuple = ()
+
+    def prepare(self, layers: list) -> list[mx.array]:
+        biased = ["bias" in layer for layer in layers]
+        if any("scales" in layer for layer in layers) or len(set(biased)) > 1:
+            return []
+        weight = mx.concatenate([layer.weight for layer in layers])
+        bias = mx.concatenate([layer.bias for layer in layers]) if biased[0] else None
+        mx.eval(weight, bias)
+        start, parts = 0, []
+        for layer in layers:
+            n = layer.weight.shape[0]
+            layer.weight = weight[start:start + n]
+            if bias is not None:
+                layer.bias = bias[start:start + n]
+            parts.append(layer.weight)
+            start += n
+        self.joint, self.parts = (weight, bias), tuple(parts)
+        return [a for a in (weight, bias, *parts) if a is not None]
+
+    def project(self, x: mx.array, layers: list) -> list[mx.array]:
+        """[..., in] -> each layer's output: from the joint matrix when it is current, else layer by layer."""
+        if not self.joint or any(layer.weight is not part for layer, part in zip(layers, self.parts)):
+            return [layer(x) for layer in layers]
+        weight, bias = self.joint
+        out = x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+        cuts = list(accumulate(layer.weight.shape[0] for layer in layers[:-1]))
+        return mx.split(out, cuts, axis=-1)

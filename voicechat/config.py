@@ -1,26 +1,29 @@
 """Typed configuration of the whole model, and the parsers of every published config.json format.
 
-Nothing else in voicechat reads raw JSON. Two formats are accepted (CHECKPOINTS.md §2):
+This module only parses dicts; reading files is ``checkpoint.py``'s job. Two formats are accepted (CHECKPOINTS.md §2):
 
 * nested: NVIDIA's release config (the resolved training YAML: ``model.stt.model``, ``model.speech_generation``,
   ``data``, ``_rnnt_merge_info``), also used by the ``-mlx-*`` family with an ``mlx_conversion.quantization`` block
-  and by the NeMo harness. It does not carry the LLM geometry: ``pretrained_llm`` names a local directory or a Hub
-  id, resolved by :func:`resolve_llm_config`.
+  and by the NeMo harness. It does not carry the LLM geometry: ``pretrained_llm`` names a local directory (whose
+  config.json the caller reads and passes in) or the Nano-9B-v2 Hub id (public geometry below).
 * runtime: mlx-vlm's ``model_type: nemotron_voicechat`` config (``text_config``, ``audio_config``, ``tts_config``,
   ``codec_config``, ``quantization``).
 
-Defaults are NeMo's code defaults (SPEC §4.2) where a key is absent.
+Every field has exactly one default, in its dataclass: what NVIDIA's code (NeMo, SPEC §4.2) uses when a config
+leaves the key out. The parsers pass only the keys a config has (:func:`_present`). The runtime format's own
+defaults for the few keys where mlx-vlm differs from NeMo are in ``RUNTIME_DEFAULTS``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .errors import ConfigError
+
+FRAME_SECONDS = 0.08  # one step of the model's timeline (SPEC §1.2): 1280 input samples, 1764 output samples
+MAX_INPUT_SECONDS = 600.0  # longer recordings are refused (10 minutes)
 
 NANO_9B_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
 NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"  # SPEC §4.1: the revision NVIDIA's TRT builder pins
@@ -52,6 +55,13 @@ NANO_9B_V2_CONFIG = {
 }
 
 
+def _derive(config, **values) -> None:
+    """Set each field that is None to its value derived from the other fields (in a frozen dataclass)."""
+    for name, value in values.items():
+        if getattr(config, name) is None:
+            object.__setattr__(config, name, value)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # dataclasses
 # ----------------------------------------------------------------------------------------------------------------
@@ -63,13 +73,13 @@ class LLMConfig:
     hidden_size: int
     pattern: str
     num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
     intermediate_size: int
     mamba_num_heads: int
     mamba_head_dim: int
     ssm_state_size: int
     n_groups: int
+    num_key_value_heads: Optional[int] = None  # None: num_attention_heads (no GQA)
+    head_dim: Optional[int] = None  # None: hidden_size // num_attention_heads
     conv_kernel: int = 4
     chunk_size: int = 128
     layer_norm_epsilon: float = 1e-5
@@ -78,6 +88,10 @@ class LLMConfig:
     attention_bias: bool = False
     mlp_bias: bool = False
     time_step_limit: tuple[float, float] = (0.0, math.inf)
+
+    def __post_init__(self):
+        _derive(self, num_key_value_heads=self.num_attention_heads,
+                head_dim=self.hidden_size // self.num_attention_heads)
 
     @property
     def mamba_inner(self) -> int:
@@ -90,20 +104,24 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class PreprocessorConfig:
-    """NeMo AudioToMelSpectrogramPreprocessor (SPEC §2.1)."""
+    """NeMo AudioToMelSpectrogramPreprocessor (SPEC §2.1); defaults are NeMo's (the release uses 128 features,
+    0.025 s windows and pad_to 0)."""
 
     sample_rate: int = 16000
-    features: int = 128
-    n_fft: int = 512
-    window_size: float = 0.025
+    features: int = 64
+    n_fft: Optional[int] = None  # None: the next power of two >= win_length (NeMo)
+    window_size: float = 0.02
     window_stride: float = 0.01
-    preemph: float = 0.97
+    preemph: float = 0.97  # 0 = no pre-emphasis
     mag_power: float = 2.0
     log_zero_guard_value: float = 2.0**-24
     lowfreq: float = 0.0
     highfreq: Optional[float] = None
-    pad_to: int = 0
+    pad_to: int = 16
     pad_value: float = 0.0
+
+    def __post_init__(self):
+        _derive(self, n_fft=2 ** math.ceil(math.log2(self.win_length)))
 
     @property
     def win_length(self) -> int:
@@ -116,24 +134,29 @@ class PreprocessorConfig:
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """NeMo ConformerEncoder (FastConformer, SPEC §2.2)."""
+    """NeMo ConformerEncoder (FastConformer, SPEC §2.2); defaults are NeMo's. The release sets factor 8, 256
+    channels, kernel 9, layer_norm, context (70, 0) chunked_limited, no xscaling, no biases, causal downsampling."""
 
     feat_in: int
     n_layers: int
     d_model: int
-    n_heads: int
+    n_heads: int = 4
     ff_expansion_factor: int = 4
-    subsampling_factor: int = 8
-    subsampling_conv_channels: int = 256
-    conv_kernel_size: int = 9
-    conv_norm_type: str = "layer_norm"  # "layer_norm" (release) or "batch_norm" (NeMo harness)
-    att_context_size: tuple[int, int] = (70, 0)
-    att_context_style: str = "chunked_limited"
-    xscaling: bool = False
-    use_bias: bool = False
+    subsampling_factor: int = 4
+    subsampling_conv_channels: Optional[int] = None  # None (NeMo's -1): d_model
+    conv_kernel_size: int = 31
+    conv_norm_type: str = "batch_norm"  # or "layer_norm" (release)
+    att_context_size: tuple[int, int] = (-1, -1)
+    att_context_style: str = "regular"
+    xscaling: bool = True
+    use_bias: bool = True
     untie_biases: bool = True
     pos_emb_max_len: int = 5000
-    causal_downsampling: bool = True
+    causal_downsampling: bool = False
+
+    def __post_init__(self):
+        if self.subsampling_conv_channels in (None, -1):  # NeMo writes -1 for "d_model"
+            object.__setattr__(self, "subsampling_conv_channels", self.d_model)
 
 
 @dataclass(frozen=True)
@@ -142,10 +165,10 @@ class RNNTConfig:
 
     vocab_size: int
     pred_hidden: int
-    pred_rnn_layers: int
     encoder_hidden: int
     joint_hidden: int
-    joint_dropout: bool  # NeMo puts a Dropout at joint_net.1 when dropout > 0, so the Linear is joint_net.2
+    pred_rnn_layers: int = 1
+    joint_dropout: bool = False  # NeMo puts a Dropout at joint_net.1 when dropout > 0, so the Linear is joint_net.2
     max_symbols: int = 10
     vocabulary: tuple[str, ...] = ()
 
@@ -170,14 +193,17 @@ class GemmaConfig:
     intermediate_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
     layer_types: tuple[str, ...]
+    num_key_value_heads: Optional[int] = None  # None: num_attention_heads
+    head_dim: int = 256
     sliding_window: int = 4096
     rms_norm_eps: float = 1e-6
     query_pre_attn_scalar: float = 256.0
     rope_global_base: float = 1_000_000.0
     rope_local_base: float = 10_000.0
+
+    def __post_init__(self):
+        _derive(self, num_key_value_heads=self.num_attention_heads)
 
 
 @dataclass(frozen=True)
@@ -186,14 +212,17 @@ class CharEncoderConfig:
 
     hidden_size: int
     intermediate_size: int
-    num_hidden_layers: int
     num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
+    num_hidden_layers: int = 1
+    num_key_value_heads: Optional[int] = None  # None: num_attention_heads
+    head_dim: int = 256
     rms_norm_eps: float = 1e-6
     query_pre_attn_scalar: float = 256.0
     rope_base: float = 10_000.0
     attn_logit_softcapping: float = 50.0
+
+    def __post_init__(self):
+        _derive(self, num_key_value_heads=self.num_attention_heads)
 
 
 @dataclass(frozen=True)
@@ -264,8 +293,8 @@ class CodecConfig:
 
 @dataclass(frozen=True)
 class QuantSpec:
-    group_size: int
-    bits: int
+    group_size: int = 64  # MLX's defaults
+    bits: int = 4
     mode: str = "affine"
 
 
@@ -295,7 +324,7 @@ class ModelConfig:
     pad_id: Optional[int] = None
     input_sample_rate: int = 16000
     output_sample_rate: int = 22050
-    frame_length: float = 0.08
+    frame_length: float = FRAME_SECONDS
     text_channel_weight: float = 1.0
     user_channel_weight: float = 1.0
     function_channel_weight: float = 1.0
@@ -321,7 +350,7 @@ class GenerationConfig:
     reference: bool = False  # NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept (SPEC §1.2 I)
     extra_seconds: Optional[float] = None  # fixed silence appended to the input; None = until the answer ends
     max_extra_seconds: float = 10.0
-    max_input_seconds: float = 600.0  # longer recordings are refused
+    max_input_seconds: float = MAX_INPUT_SECONDS
     text_temperature: float = 0.0  # 0 = greedy (NeMo); NVIDIA's wrapper uses 0.3 / 0.5 / 1.1
     text_top_p: float = 1.0
     text_repetition_penalty: float = 1.0
@@ -333,6 +362,15 @@ class GenerationConfig:
 
 
 NVIDIA_SAMPLING = dict(text_temperature=0.3, text_top_p=0.5, text_repetition_penalty=1.1)
+
+
+# Where mlx-vlm's runtime format (its config classes, CHECKPOINTS.md §2.3) means something else than NeMo for a key
+# that its config.json leaves out. It carries token ids instead of token strings.
+RUNTIME_DEFAULTS = {
+    "tts": dict(guidance_scale=0.2, top_p=0.95, top_k=None, noise_scale=0.001, use_audio_prompt_frozen_projection=True),
+    "model": dict(bos_token=None, eos_token=None, pad_token=None, bos_id=1, eos_id=2, pad_id=12,
+                  function_channel_weight=2.0, speaker_name="Aria"),
+}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -350,23 +388,46 @@ def _get(d: dict, path: str, default: Any = ConfigError) -> Any:
     return cur
 
 
+def _first(d: dict, *keys: str) -> Any:
+    """The value of the first of ``keys`` that ``d`` has (not null); an error naming the first key if none."""
+    for key in keys:
+        if d.get(key) is not None:
+            return d[key]
+    raise ConfigError(f"config.json has no '{keys[0]}'")
+
+
+def _present(sources: Union[dict, tuple], **fields: Any) -> dict:
+    """The dataclass fields that a config dict (or the first of several that has the key) sets. ``name=convert``
+    reads the key ``name``; ``name=(keys, convert)`` the first of ``keys`` (a name or a tuple of names). A key that
+    is absent or null is left out, so that the dataclass default applies: every field has one default, its own."""
+    sources = (sources,) if isinstance(sources, dict) else sources
+    out = {}
+    for name, spec in fields.items():
+        keys, convert = spec if isinstance(spec, tuple) else (name, spec)
+        keys = (keys,) if isinstance(keys, str) else keys
+        value = next((d[k] for d in sources for k in keys if d.get(k) is not None), None)
+        if value is not None:
+            out[name] = convert(value)
+    return out
+
+
 def _require(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
 
 
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e})") from None
+def _ints(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # LLM (Nemotron-H) config, from a HF nemotron_h config.json dict or the runtime text_config
 # ----------------------------------------------------------------------------------------------------------------
+def _time_step_limit(limit) -> tuple[float, float]:
+    lo, hi = (float(v) for v in limit)
+    return lo, (hi if hi < 1e30 else math.inf)  # mlx-vlm writes the infinite bound as 1e30
+
+
 def parse_llm(d: dict) -> LLMConfig:
     pattern = d.get("hybrid_override_pattern")
     if isinstance(pattern, list):
@@ -375,65 +436,54 @@ def parse_llm(d: dict) -> LLMConfig:
     _require(set(pattern) <= set("M*-"), f"LLM pattern {pattern!r} has layer types other than M, * and -")
     n = d.get("num_hidden_layers")
     _require(n in (None, len(pattern)), f"LLM num_hidden_layers {n} != pattern length {len(pattern)}")
-    limit = d.get("time_step_limit")
-    if limit is None:  # transformers' built-in Nemotron-H clamps at time_step_min (issue 4, SPEC §2.4)
-        limit = (float(d.get("time_step_min", 0.0)), math.inf)
-    lo, hi = (float(v) for v in limit)
-    heads = int(_get(d, "num_attention_heads"))
+    optional = _present(d, num_key_value_heads=int, head_dim=int, conv_kernel=int, chunk_size=int,
+                        layer_norm_epsilon=(("layer_norm_epsilon", "rms_norm_eps"), float), use_conv_bias=bool,
+                        mamba_proj_bias=bool, attention_bias=bool, mlp_bias=bool, time_step_limit=_time_step_limit)
+    if "time_step_limit" not in optional and d.get("time_step_min") is not None:
+        # transformers' built-in Nemotron-H clamps at time_step_min when there is no limit (issue 4, SPEC §2.4)
+        optional["time_step_limit"] = (float(d["time_step_min"]), math.inf)
     return LLMConfig(
         vocab_size=int(_get(d, "vocab_size")),
         hidden_size=int(_get(d, "hidden_size")),
         pattern=pattern,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads", heads)),
-        head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+        num_attention_heads=int(_get(d, "num_attention_heads")),
         intermediate_size=int(_get(d, "intermediate_size")),
         mamba_num_heads=int(_get(d, "mamba_num_heads")),
         mamba_head_dim=int(_get(d, "mamba_head_dim")),
-        ssm_state_size=int(d.get("ssm_state_size", d.get("mamba_state_dim", 0)) or _get(d, "ssm_state_size")),
-        n_groups=int(d.get("n_groups", d.get("mamba_num_groups", 0)) or _get(d, "n_groups")),
-        conv_kernel=int(d.get("conv_kernel", 4)),
-        chunk_size=int(d.get("chunk_size", 128)),
-        layer_norm_epsilon=float(d.get("layer_norm_epsilon", d.get("rms_norm_eps", 1e-5))),
-        use_conv_bias=bool(d.get("use_conv_bias", True)),
-        mamba_proj_bias=bool(d.get("mamba_proj_bias", False)),
-        attention_bias=bool(d.get("attention_bias", False)),
-        mlp_bias=bool(d.get("mlp_bias", False)),
-        time_step_limit=(lo, hi if hi < 1e30 else math.inf),
+        ssm_state_size=int(_first(d, "ssm_state_size", "mamba_state_dim")),
+        n_groups=int(_first(d, "n_groups", "mamba_num_groups")),
+        **optional,
     )
 
 
-def resolve_llm_config(pretrained_llm: str, checkpoint_dir: Optional[Path]) -> dict:
-    """The nemotron_h config dict that ``pretrained_llm`` names: a local directory (absolute, relative to the
-    checkpoint, or a folder of that name inside it; NeMo writes absolute paths of the machine that trained), else the
-    public geometry of the Nano-9B-v2 Hub id."""
-    candidates = [Path(pretrained_llm).expanduser()]
-    if checkpoint_dir is not None:
-        candidates += [Path(checkpoint_dir) / pretrained_llm, Path(checkpoint_dir) / Path(pretrained_llm).name]
-    for c in candidates:
-        if (c / "config.json").is_file():
-            return read_json(c / "config.json")
+def nested_pretrained_llm(cfg: dict) -> Optional[str]:
+    """The LLM a nested config names (``model.stt.model.pretrained_llm``); None for other formats."""
+    name = _get(cfg, "model.stt.model.pretrained_llm", None) if isinstance(cfg, dict) else None
+    return None if name is None else str(name)
+
+
+def public_llm_config(pretrained_llm: str) -> dict:
+    """The geometry of the LLM a nested config names when no local copy of its config.json was given: only
+    Nano-9B-v2's is public and known here."""
     if pretrained_llm.rstrip("/") == NANO_9B_V2:
         return dict(NANO_9B_V2_CONFIG)
     raise ConfigError(
-        f"the LLM config names pretrained_llm={pretrained_llm!r}, which is neither {NANO_9B_V2} nor a directory "
-        f"with a config.json (looked in {', '.join(str(c) for c in candidates)})"
+        f"the config names pretrained_llm={pretrained_llm!r}, which is neither {NANO_9B_V2} nor a directory with a "
+        "config.json (absolute, or relative to the checkpoint, or a folder of that name inside it)"
     )
-
-
-def local_llm_dir(pretrained_llm: Optional[str], checkpoint_dir: Optional[Path]) -> Optional[Path]:
-    """The local directory ``pretrained_llm`` names, if there is one (it may hold the text tokenizer)."""
-    if not pretrained_llm:
-        return None
-    candidates = [Path(pretrained_llm).expanduser()]
-    if checkpoint_dir is not None:
-        candidates += [Path(checkpoint_dir) / pretrained_llm, Path(checkpoint_dir) / Path(pretrained_llm).name]
-    return next((c for c in candidates if c.is_dir()), None)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # speech input path
 # ----------------------------------------------------------------------------------------------------------------
+def _log_zero_guard(value) -> float:
+    if isinstance(value, str):  # NeMo also accepts "tiny" / "eps" (float32 limits)
+        import numpy as np
+
+        return float({"tiny": np.finfo(np.float32).tiny, "eps": np.finfo(np.float32).eps}[value])
+    return float(value)
+
+
 def parse_preprocessor(d: dict) -> PreprocessorConfig:
     # Only NeMo's inference path of this model is implemented; other settings would silently change the features.
     _require(str(d.get("normalize", "NA")) in ("NA", "None"), f"preprocessor normalize={d.get('normalize')!r} is not supported (only 'NA')")
@@ -443,60 +493,39 @@ def parse_preprocessor(d: dict) -> PreprocessorConfig:
     _require(not d.get("exact_pad", False), "preprocessor exact_pad=true is not supported")
     _require(d.get("log_zero_guard_type", "add") == "add", "preprocessor log_zero_guard_type must be 'add'")
     _require(d.get("mel_norm", "slaney") == "slaney", "preprocessor mel_norm must be 'slaney'")
-    guard = d.get("log_zero_guard_value", 2.0**-24)
-    if isinstance(guard, str):  # NeMo also accepts "tiny" / "eps" (float32 limits)
-        import numpy as np
+    fields = _present(d, sample_rate=int, features=int, n_fft=int, window_size=float, window_stride=float,
+                      preemph=float, mag_power=float, log_zero_guard_value=_log_zero_guard, lowfreq=float,
+                      highfreq=float, pad_to=int, pad_value=float)
+    if "preemph" in d and d["preemph"] is None:  # NeMo: null = no pre-emphasis
+        fields["preemph"] = 0.0
+    return PreprocessorConfig(**fields)
 
-        guard = {"tiny": float(np.finfo(np.float32).tiny), "eps": float(np.finfo(np.float32).eps)}[guard]
-    return PreprocessorConfig(
-        sample_rate=int(d.get("sample_rate", 16000)),
-        features=int(d.get("features", 64)),
-        n_fft=int(d.get("n_fft") or 2 ** math.ceil(math.log2(d.get("window_size", 0.02) * d.get("sample_rate", 16000)))),
-        window_size=float(d.get("window_size", 0.02)),
-        window_stride=float(d.get("window_stride", 0.01)),
-        preemph=float(d.get("preemph", 0.97) or 0.0),
-        mag_power=float(d.get("mag_power", 2.0)),
-        log_zero_guard_value=float(guard),
-        lowfreq=float(d.get("lowfreq", 0.0)),
-        highfreq=None if d.get("highfreq") is None else float(d["highfreq"]),
-        pad_to=int(d.get("pad_to", 16)),
-        pad_value=float(d.get("pad_value", 0.0)),
-    )
+
+def _context_size(ctx) -> tuple[int, int]:
+    if ctx and isinstance(ctx[0], (list, tuple)):  # several contexts: NeMo uses the first at inference
+        ctx = ctx[0]
+    return int(ctx[0]), int(ctx[1])
 
 
 def parse_encoder(d: dict) -> EncoderConfig:
     _require(d.get("subsampling", "striding") == "dw_striding", f"encoder subsampling={d.get('subsampling')!r} is not supported (only dw_striding)")
     _require(d.get("self_attention_model", "rel_pos") == "rel_pos", "only rel_pos self-attention is supported")
-    _require(d.get("conv_context_size") in ("causal", [8, 0], (8, 0)) or d.get("conv_kernel_size", 31) == 1,
-             f"encoder conv_context_size={d.get('conv_context_size')!r} is not supported (only 'causal')")
-    norm = d.get("conv_norm_type", "batch_norm")
-    _require(norm in ("layer_norm", "batch_norm"), f"encoder conv_norm_type={norm!r} is not supported")
-    ctx = d.get("att_context_size", [-1, -1])
-    if ctx and isinstance(ctx[0], (list, tuple)):  # several contexts: NeMo uses the first at inference
-        ctx = ctx[0]
-    d_model = int(_get(d, "d_model"))
-    channels = int(d.get("subsampling_conv_channels", -1))
-    return EncoderConfig(
+    cfg = EncoderConfig(
         feat_in=int(_get(d, "feat_in")),
         n_layers=int(_get(d, "n_layers")),
-        d_model=d_model,
-        n_heads=int(d.get("n_heads", 4)),
-        ff_expansion_factor=int(d.get("ff_expansion_factor", 4)),
-        subsampling_factor=int(d.get("subsampling_factor", 4)),
-        subsampling_conv_channels=d_model if channels == -1 else channels,
-        conv_kernel_size=int(d.get("conv_kernel_size", 31)),
-        conv_norm_type=norm,
-        att_context_size=(int(ctx[0]), int(ctx[1])),
-        att_context_style=str(d.get("att_context_style", "regular")),
-        xscaling=bool(d.get("xscaling", True)),
-        use_bias=bool(d.get("use_bias", True)),
-        untie_biases=bool(d.get("untie_biases", True)),
-        pos_emb_max_len=int(d.get("pos_emb_max_len", 5000)),
-        causal_downsampling=bool(d.get("causal_downsampling", False)),
+        d_model=int(_get(d, "d_model")),
+        **_present(d, n_heads=int, ff_expansion_factor=int, subsampling_factor=int, subsampling_conv_channels=int,
+                   conv_kernel_size=int, conv_norm_type=str, att_context_size=_context_size, att_context_style=str,
+                   xscaling=bool, use_bias=bool, untie_biases=bool, pos_emb_max_len=int, causal_downsampling=bool),
     )
+    _require(d.get("conv_context_size") in ("causal", [8, 0], (8, 0)) or cfg.conv_kernel_size == 1,
+             f"encoder conv_context_size={d.get('conv_context_size')!r} is not supported (only 'causal')")
+    _require(cfg.conv_norm_type in ("layer_norm", "batch_norm"), f"encoder conv_norm_type={cfg.conv_norm_type!r} is not supported")
+    return cfg
 
 
-def parse_rnnt(decoder: dict, joint: dict, vocabulary: list, max_symbols: int) -> RNNTConfig:
+def parse_rnnt(decoder: dict, joint: dict, vocabulary: list, max_symbols: Optional[int] = None) -> RNNTConfig:
+    """NeMo's RNNTDecoder / RNNTJoint configs; ``max_symbols``: None for the dataclass default."""
     prednet = decoder.get("prednet", decoder)
     jointnet = joint.get("jointnet", joint)
     vocab_size = int(decoder.get("vocab_size", joint.get("num_classes", len(vocabulary))))
@@ -504,14 +533,26 @@ def parse_rnnt(decoder: dict, joint: dict, vocabulary: list, max_symbols: int) -
              f"RNNT joint num_classes {joint.get('num_classes')} != decoder vocab_size {vocab_size}")
     return RNNTConfig(
         vocab_size=vocab_size,
-        pred_hidden=int(prednet["pred_hidden"]),
-        pred_rnn_layers=int(prednet.get("pred_rnn_layers", 1)),
-        encoder_hidden=int(jointnet["encoder_hidden"]),
-        joint_hidden=int(jointnet["joint_hidden"]),
-        joint_dropout=float(jointnet.get("dropout", 0.0) or 0.0) > 0.0,
-        max_symbols=int(max_symbols),
+        pred_hidden=int(_get(prednet, "pred_hidden")),
+        encoder_hidden=int(_get(jointnet, "encoder_hidden")),
+        joint_hidden=int(_get(jointnet, "joint_hidden")),
         vocabulary=tuple(vocabulary),
+        **_present(prednet, pred_rnn_layers=int),
+        **_present(jointnet, joint_dropout=("dropout", lambda p: float(p) > 0.0)),
+        **({} if max_symbols is None else {"max_symbols": int(max_symbols)}),
     )
+
+
+def parse_rnnt_vocab(value: Any, source: str) -> list[str]:
+    """An RNNT vocabulary: a list of pieces, or a piece -> id map with contiguous ids (SPEC §4.1)."""
+    if isinstance(value, list):
+        return [str(p) for p in value]
+    if isinstance(value, dict):
+        ids = sorted(value.values())
+        _require(ids == list(range(len(ids))), f"{source}: piece ids are not contiguous 0..{len(ids) - 1}")
+        by_id = {i: p for p, i in value.items()}
+        return [by_id[i] for i in range(len(ids))]
+    raise ConfigError(f"{source} is neither a list of pieces nor a piece -> id map")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -524,39 +565,28 @@ def gemma_layer_types(n_layers: int, pattern: int) -> tuple[str, ...]:
 
 def parse_gemma(d: dict) -> GemmaConfig:
     n = int(_get(d, "num_hidden_layers"))
-    types = d.get("layer_types") or gemma_layer_types(n, int(d.get("sliding_window_pattern", 6)))
+    types = d.get("layer_types") or gemma_layer_types(n, int(d.get("sliding_window_pattern", 6)))  # Gemma-3's 6
     _require(len(types) == n, f"TTS backbone layer_types has {len(types)} entries for {n} layers")
     _require(d.get("rope_scaling") is None, "TTS backbone rope_scaling is not supported")
-    heads = int(_get(d, "num_attention_heads"))
     return GemmaConfig(
         hidden_size=int(_get(d, "hidden_size")),
         intermediate_size=int(_get(d, "intermediate_size")),
         num_hidden_layers=n,
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads", heads)),
-        head_dim=int(d.get("head_dim", 256)),
+        num_attention_heads=int(_get(d, "num_attention_heads")),
         layer_types=tuple(types),
-        sliding_window=int(d.get("sliding_window", 4096)),
-        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-        query_pre_attn_scalar=float(d.get("query_pre_attn_scalar", 256)),
-        rope_global_base=float(d.get("rope_theta", d.get("rope_global_base_freq", 1_000_000.0))),
-        rope_local_base=float(d.get("rope_local_base_freq", 10_000.0)),
+        **_present(d, num_key_value_heads=int, head_dim=int, sliding_window=int, rms_norm_eps=float,
+                   query_pre_attn_scalar=float, rope_global_base=(("rope_theta", "rope_global_base_freq"), float),
+                   rope_local_base=("rope_local_base_freq", float)),
     )
 
 
 def parse_char_encoder(d: dict) -> CharEncoderConfig:
-    heads = int(_get(d, "num_attention_heads"))
     return CharEncoderConfig(
         hidden_size=int(_get(d, "hidden_size")),
         intermediate_size=int(_get(d, "intermediate_size")),
-        num_hidden_layers=int(d.get("num_hidden_layers", 1)),
-        num_attention_heads=heads,
-        num_key_value_heads=int(d.get("num_key_value_heads", heads)),
-        head_dim=int(d.get("head_dim", 256)),
-        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-        query_pre_attn_scalar=float(d.get("query_pre_attn_scalar", 256)),
-        rope_base=float(d.get("rope_theta", 10_000.0)),
-        attn_logit_softcapping=float(d.get("attn_logit_softcapping", 50.0)),
+        num_attention_heads=int(_get(d, "num_attention_heads")),
+        **_present(d, num_hidden_layers=int, num_key_value_heads=int, head_dim=int, rms_norm_eps=float,
+                   query_pre_attn_scalar=float, rope_base=("rope_theta", float), attn_logit_softcapping=float),
     )
 
 
@@ -566,14 +596,12 @@ def parse_mog(d: dict) -> MoGConfig:
         num_layers=int(_get(d, "num_layers")),
         low_rank=int(_get(d, "low_rank")),
         num_predictions=int(_get(d, "num_predictions")),
-        min_log_std=float(d.get("min_log_std", -4.0)),
-        eps=float(d.get("eps", 1e-6)),
+        **_present(d, min_log_std=float, eps=float),
     )
 
 
-def tts_structure(tts: dict, backbone: dict, char_encoder: dict, mog: dict, frozen_projection: bool) -> dict:
-    """The EAR-TTS architecture fields both formats share (``frozen_projection``: the format's default for
-    ``use_audio_prompt_frozen_projection``)."""
+def tts_structure(tts: dict, backbone: dict, char_encoder: dict, mog: dict) -> dict:
+    """The EAR-TTS architecture fields both formats share."""
     return dict(
         backbone=parse_gemma(backbone),
         char_encoder=parse_char_encoder(char_encoder),
@@ -581,11 +609,8 @@ def tts_structure(tts: dict, backbone: dict, char_encoder: dict, mog: dict, froz
         latent_size=int(_get(tts, "latent_size")),
         codebook_size=int(_get(tts, "codebook_size")),
         num_quantizers=int(_get(tts, "num_quantizers")),
-        exponent=float(tts.get("exponent", 3.0)),
-        use_gated_fusion=bool(tts.get("use_gated_fusion_for_text_audio", True)),
-        use_subword_flag_emb=bool(tts.get("use_subword_flag_emb", True)),
-        use_bos_eos_emb=bool(tts.get("use_bos_eos_emb", True)),
-        use_audio_prompt_frozen_projection=bool(tts.get("use_audio_prompt_frozen_projection", frozen_projection)),
+        **_present(tts, exponent=float, use_gated_fusion=("use_gated_fusion_for_text_audio", bool),
+                   use_subword_flag_emb=bool, use_bos_eos_emb=bool, use_audio_prompt_frozen_projection=bool),
     )
 
 
@@ -596,6 +621,12 @@ def split_top_p_or_k(value: Any) -> tuple[Optional[float], Optional[int]]:
     return (None, value) if isinstance(value, int) else (float(value), None)
 
 
+def _top_p_or_k(d: dict, *keys: str) -> dict:
+    """``top_p`` and ``top_k`` from the first of ``keys`` that ``d`` has; {} when it has none."""
+    value = next((d[k] for k in keys if d.get(k) is not None), None)
+    return {} if value is None else dict(zip(("top_p", "top_k"), split_top_p_or_k(value)))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # quantization
 # ----------------------------------------------------------------------------------------------------------------
@@ -603,7 +634,8 @@ def parse_quantization(d: Optional[dict]) -> Optional[QuantizationConfig]:
     """Runtime form ``{group_size, bits, mode?, <path>: {...} | false}`` or nested form ``{..., modules: {...}}``."""
     if not d:
         return None
-    default = QuantSpec(int(d.get("group_size", 64)), int(d.get("bits", 4)), str(d.get("mode", "affine")))
+    spec_keys = dict(group_size=int, bits=int, mode=str)
+    default = QuantSpec(**_present(d, **spec_keys))
     entries = dict(d.get("modules", {}))
     entries.update({k: v for k, v in d.items() if k not in ("group_size", "bits", "mode", "modules")})
     modules = {}
@@ -611,8 +643,7 @@ def parse_quantization(d: Optional[dict]) -> Optional[QuantizationConfig]:
         if spec is False or spec is None:
             modules[path] = None
         elif isinstance(spec, dict):
-            modules[path] = QuantSpec(int(spec.get("group_size", default.group_size)),
-                                      int(spec.get("bits", default.bits)), str(spec.get("mode", default.mode)))
+            modules[path] = replace(default, **_present(spec, **spec_keys))
         else:
             raise ConfigError(f"quantization entry {path!r} is {spec!r}, expected an object or false")
     for spec in [default, *[s for s in modules.values() if s]]:
@@ -624,8 +655,9 @@ def parse_quantization(d: Optional[dict]) -> Optional[QuantizationConfig]:
 # ----------------------------------------------------------------------------------------------------------------
 # the two formats
 # ----------------------------------------------------------------------------------------------------------------
-def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: Optional[list] = None) -> ModelConfig:
-    """NVIDIA's nested config (release, ``-mlx-*`` family, NeMo harness)."""
+def parse_nested(cfg: dict, llm_config: Optional[dict] = None, rnnt_vocab: Optional[list] = None) -> ModelConfig:
+    """NVIDIA's nested config (release, ``-mlx-*`` family, NeMo harness). ``llm_config``: the config.json dict of
+    the LLM that ``pretrained_llm`` names (None: the public Nano-9B-v2 geometry, if it names that)."""
     stt = _get(cfg, "model.stt.model")
     speech = _get(cfg, "model.speech_generation.model")
     speech_data = _get(cfg, "model.speech_generation.data", {})
@@ -633,7 +665,7 @@ def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: O
     perception = _get(stt, "perception")
     _require(not stt.get("predict_user_text", False), "predict_user_text=true (ASR head) is not supported")
     pretrained_llm = str(_get(stt, "pretrained_llm"))
-    llm = parse_llm(resolve_llm_config(pretrained_llm, checkpoint_dir))
+    llm = parse_llm(llm_config if llm_config is not None else public_llm_config(pretrained_llm))
     output_dim = int(perception.get("output_dim", llm.hidden_size))
     _require(output_dim == llm.hidden_size, f"perception output_dim {output_dim} != LLM hidden_size {llm.hidden_size}")
 
@@ -642,13 +674,11 @@ def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: O
     if merge:
         vocab = list(_get(merge, "joint_config.vocabulary", []) or rnnt_vocab or [])
         rnnt = parse_rnnt(_get(merge, "decoder_config"), _get(merge, "joint_config"), vocab,
-                          stt.get("rnnt_max_symbols_per_step", 10))
+                          stt.get("rnnt_max_symbols_per_step"))
 
     tts = _get(speech, "tts_config")
     _require(tts.get("context_hidden_size") is None, "tts_config.context_hidden_size is not supported (must be null)")
     _require(not tts.get("random_target_masking", False), "tts_config.random_target_masking is not supported")
-    top_p, top_k = split_top_p_or_k(speech.get("inference_top_p_or_k", 0.8))
-    codec = _get(speech, "codec_config")
     model = cfg["model"]
     return ModelConfig(
         llm=llm,
@@ -656,50 +686,40 @@ def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: O
                           output_dim, rnnt),
         tts=TTSConfig(
             **tts_structure(tts, _get(tts, "backbone_config"), _get(tts, "cas_config.backbone_config.encoder"),
-                            _get(tts, "mog_head_config"), frozen_projection=False),
-            guidance_scale=float(speech.get("inference_guidance_scale", 0.5)),
-            top_p=top_p,
-            top_k=top_k,
-            noise_scale=float(speech.get("inference_noise_scale", 0.8)),
-            force_silence_on_eos=bool(speech.get("inference_force_speech_silence_on_eos", True)),
-            audio_prompt_duration=float(speech_data.get("audio_prompt_duration", 3.0)),
+                            _get(tts, "mog_head_config")),
+            **_present(speech, guidance_scale=("inference_guidance_scale", float),
+                       noise_scale=("inference_noise_scale", float),
+                       force_silence_on_eos=("inference_force_speech_silence_on_eos", bool)),
+            **_top_p_or_k(speech, "inference_top_p_or_k"),
+            **_present(speech_data, audio_prompt_duration=float),
         ),
-        codec=parse_codec_nested(codec, int(speech_data.get("target_sample_rate", data.get("target_sample_rate", 22050)))),
-        bos_token=stt.get("bos_token", "<s>"),
-        eos_token=stt.get("eos_token", "</s>"),
-        pad_token=stt.get("pad_token", "<SPECIAL_12>"),
-        input_sample_rate=int(data.get("source_sample_rate", stt.get("source_sample_rate", 16000))),
-        output_sample_rate=int(data.get("target_sample_rate", 22050)),
-        frame_length=float(data.get("frame_length", 0.08)),
-        text_channel_weight=float(stt.get("duplex_text_channel_weight", 1.0)),
-        user_channel_weight=float(stt.get("duplex_user_channel_weight", 1.0)),
-        function_channel_weight=float(stt.get("duplex_function_channel_weight", 1.0)),
-        use_function_head=stt.get("use_function_head"),
-        pad_boost=float(stt.get("inference_pad_boost", 0.0) or 0.0),
-        bos_boost=float(stt.get("inference_bos_boost", 0.0) or 0.0),
-        eos_boost=float(stt.get("inference_eos_boost", 0.0) or 0.0),
-        speaker_name=model.get("inference_speaker_name"),
-        speaker_reference=model.get("inference_speaker_reference"),
+        codec=parse_codec_nested(_get(speech, "codec_config"), (speech_data, data)),
         pretrained_llm=pretrained_llm,
         quantization=parse_quantization(_get(cfg, "mlx_conversion.quantization", None)),
         format="nested",
+        **_present(stt, bos_token=str, eos_token=str, pad_token=str,
+                   text_channel_weight=("duplex_text_channel_weight", float),
+                   user_channel_weight=("duplex_user_channel_weight", float),
+                   function_channel_weight=("duplex_function_channel_weight", float),
+                   use_function_head=bool, pad_boost=("inference_pad_boost", float),
+                   bos_boost=("inference_bos_boost", float), eos_boost=("inference_eos_boost", float)),
+        **_present((data, stt), input_sample_rate=("source_sample_rate", int)),
+        **_present(data, output_sample_rate=("target_sample_rate", int), frame_length=float),
+        **_present(model, speaker_name=("inference_speaker_name", str),
+                   speaker_reference=("inference_speaker_reference", str)),
     )
 
 
-def parse_codec_nested(d: dict, sample_rate: int) -> CodecConfig:
+def parse_codec_nested(d: dict, data: tuple) -> CodecConfig:
+    """The codec_config block; the output rate comes from the first of the ``data`` blocks that has one."""
     _require(int(d.get("groups", 1)) == 1, "codec groups != 1 is not supported")
     c = CodecConfig(
         latent_size=int(_get(d, "latent_size")),
-        n_fft=int(d.get("n_fft", 16)),
-        hop_length=int(d.get("hop_length", 4)),
         base_hidden_size=int(_get(d, "base_hidden_size")),
-        channel_mult=tuple(int(v) for v in d.get("channel_mult", (1, 2, 4))),
-        rates=tuple(int(v) for v in d.get("rates", (7, 7, 9))),
-        num_blocks=int(d.get("num_blocks", 3)),
-        kernel_size=int(d.get("kernel_size", 7)),
         codebook_size=int(_get(d, "codebook_size")),
         num_quantizers=int(_get(d, "num_quantizers")),
-        sample_rate=sample_rate,
+        **_present(d, n_fft=int, hop_length=int, channel_mult=_ints, rates=_ints, num_blocks=int, kernel_size=int),
+        **_present(data, sample_rate=("target_sample_rate", int)),
     )
     ratio = d.get("wav_to_token_ratio")
     _require(ratio in (None, c.samples_per_frame),
@@ -716,101 +736,50 @@ def parse_runtime(cfg: dict) -> ModelConfig:
     rnnt = None
     if audio.get("decoder") and audio.get("joint"):
         rnnt = parse_rnnt(audio["decoder"], audio["joint"], list(cfg.get("rnnt_vocabulary") or []),
-                          audio.get("max_symbols", 10))
+                          audio.get("max_symbols"))
         blank = cfg.get("rnnt_blank_id")
         _require(blank in (None, rnnt.blank_id) or not rnnt.vocabulary,
                  f"rnnt_blank_id {blank} != RNNT vocabulary size {rnnt.vocab_size}")
-    top = tts.get("top_p", tts.get("top_p_or_k", 0.95))
-    top_p, top_k = split_top_p_or_k(top)
-    c = CodecConfig(
-        latent_size=int(codec.get("latent_dim", 512)),
-        n_fft=int(codec.get("n_fft", 16)),
-        hop_length=int(codec.get("hop_length", 4)),
-        base_hidden_size=int(codec.get("base_channels", 384)),
-        channel_mult=tuple(codec.get("channel_multipliers", (1, 2, 4))),
-        rates=tuple(codec.get("downsample_rates", (7, 7, 9))),
-        num_blocks=int(codec.get("blocks_per_stage", 3)),
-        kernel_size=int(codec.get("block_kernel_size", 7)),
-        codebook_size=int(codec.get("codebook_size", 1024)),
-        num_quantizers=int(codec.get("num_quantizers", 31)),
-        sample_rate=int(codec.get("sample_rate", cfg.get("output_sample_rate", 22050))),
-    )
     return ModelConfig(
         llm=llm,
         audio=AudioConfig(parse_preprocessor(_get(audio, "preprocessor")), parse_encoder(_get(audio, "encoder")),
                           int(audio.get("output_dim", llm.hidden_size)), rnnt),
-        tts=TTSConfig(
-            **tts_structure(tts, tts, _get(tts, "character_encoder"), _get(tts, "mog_head"), frozen_projection=True),
-            num_iterations=int(tts.get("num_iterations", 8)),
-            guidance_scale=float(tts.get("guidance_scale", 0.2)),
-            top_p=top_p,
-            top_k=top_k,
-            noise_scale=float(tts.get("noise_scale", 0.001)),
-            audio_prompt_duration=float(tts.get("audio_prompt_duration", 3.0)),
+        tts=TTSConfig(**{
+            **RUNTIME_DEFAULTS["tts"],
+            **tts_structure(tts, tts, _get(tts, "character_encoder"), _get(tts, "mog_head")),
+            **_present(tts, num_iterations=int, guidance_scale=float, noise_scale=float, audio_prompt_duration=float),
+            **_top_p_or_k(tts, "top_p", "top_p_or_k"),
+        }),
+        codec=CodecConfig(
+            **_present(codec, latent_size=("latent_dim", int), n_fft=int, hop_length=int,
+                       base_hidden_size=("base_channels", int), channel_mult=("channel_multipliers", _ints),
+                       rates=("downsample_rates", _ints), num_blocks=("blocks_per_stage", int),
+                       kernel_size=("block_kernel_size", int), codebook_size=int, num_quantizers=int),
+            **_present((codec, cfg), sample_rate=(("sample_rate", "output_sample_rate"), int)),
         ),
-        codec=c,
-        bos_token=None,
-        eos_token=None,
-        pad_token=None,
-        bos_id=int(cfg.get("bos_token_id", 1)),
-        eos_id=int(cfg.get("eos_token_id", 2)),
-        pad_id=int(cfg.get("pad_token_id", 12)),
-        input_sample_rate=int(cfg.get("input_sample_rate", 16000)),
-        output_sample_rate=int(cfg.get("output_sample_rate", 22050)),
-        frame_length=float(cfg.get("frame_duration", 0.08)),
-        function_channel_weight=float(cfg.get("function_channel_weight", 2.0)),
-        use_function_head=None,
-        speaker_name=cfg.get("speaker", "Aria"),
         quantization=parse_quantization(cfg.get("quantization") or cfg.get("quantization_config")),
         format="runtime",
+        **{**RUNTIME_DEFAULTS["model"],
+           **_present(cfg, bos_id=("bos_token_id", int), eos_id=("eos_token_id", int), pad_id=("pad_token_id", int),
+                      input_sample_rate=int, output_sample_rate=int, frame_length=("frame_duration", float),
+                      function_channel_weight=float, speaker_name=("speaker", str))},
     )
 
 
-def parse_config(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: Optional[list] = None) -> ModelConfig:
-    """Detect the format of a config.json dict and parse it."""
+def parse_config(cfg: dict, llm_config: Optional[dict] = None, rnnt_vocab: Optional[list] = None) -> ModelConfig:
+    """Detect the format of a config.json dict and parse it. ``llm_config`` and ``rnnt_vocab``: what a nested
+    config refers to (the LLM's config.json dict, the RNNT vocabulary file's pieces), when there is such a file."""
     if not isinstance(cfg, dict):
         raise ConfigError("config.json is not a JSON object")
     if cfg.get("model_type") == "nemotron_voicechat":
         return parse_runtime(cfg)
     if isinstance(cfg.get("model"), dict) and "stt" in cfg["model"] and "speech_generation" in cfg["model"]:
-        return parse_nested(cfg, checkpoint_dir, rnnt_vocab)
+        return parse_nested(cfg, llm_config, rnnt_vocab)
     keys = ", ".join(sorted(cfg)[:8])
     raise ConfigError(
         "config.json is in no known NemotronLabs-VoiceChat format (expected NVIDIA's nested config with "
         f"model.stt / model.speech_generation, or mlx-vlm's model_type 'nemotron_voicechat'); its keys: {keys}"
     )
-
-
-def load_config(checkpoint_dir: Path) -> ModelConfig:
-    """Parse ``<dir>/config.json`` (and ``rnnt_tokenizer/vocab.json`` when the config has no RNNT vocabulary)."""
-    checkpoint_dir = Path(checkpoint_dir)
-    raw = read_json(checkpoint_dir / "config.json")
-    cfg = parse_config(raw, checkpoint_dir, read_rnnt_vocab(checkpoint_dir))
-    rnnt = cfg.audio.rnnt
-    if rnnt is not None and not rnnt.vocabulary:
-        raise ConfigError(
-            f"{checkpoint_dir}: the RNNT transcript head has no vocabulary (neither in config.json nor in "
-            "rnnt_tokenizer/vocab.json)"
-        )
-    if rnnt is not None and len(rnnt.vocabulary) != rnnt.vocab_size:
-        raise ConfigError(f"RNNT vocabulary has {len(rnnt.vocabulary)} pieces, the RNNT head {rnnt.vocab_size} classes")
-    return cfg
-
-
-def read_rnnt_vocab(checkpoint_dir: Path) -> Optional[list]:
-    """``rnnt_tokenizer/vocab.json``: a list of pieces, or a piece -> id map with contiguous ids (SPEC §4.1)."""
-    path = Path(checkpoint_dir) / "rnnt_tokenizer" / "vocab.json"
-    if not path.is_file():
-        return None
-    v = read_json(path)
-    if isinstance(v, list):
-        return [str(p) for p in v]
-    if isinstance(v, dict):
-        ids = sorted(v.values())
-        _require(ids == list(range(len(ids))), f"{path}: piece ids are not contiguous 0..{len(ids) - 1}")
-        by_id = {i: p for p, i in v.items()}
-        return [by_id[i] for i in range(len(ids))]
-    raise ConfigError(f"{path} is neither a list of pieces nor a piece -> id map")
 
 
 def with_token_ids(cfg: ModelConfig, token_to_id, id_to_token) -> ModelConfig:

@@ -60,6 +60,7 @@ class Request:
     system_prompt: str = ""
     seed: int = 0
     config: Any = None  # voicechat.config.GenerationConfig (None = the model's defaults)
+    tools: tuple = ()  # voicechat.tools.Tool objects the model may call (Result.tool_calls has the calls)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class LiveRequest:
     seed: int = 0
     speaker: Any = None  # None (the checkpoint's voice), a speaker name or a WAV path
     config: Any = None  # voicechat.config.GenerationConfig (None = the model's defaults)
+    tools: tuple = ()  # voicechat.tools.Tool objects the model may call (Frame.events report the calls)
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,11 @@ class Live(Job):
         self.cancel()
         self._inbox.put(("close",))
 
+    def provide_tool_result(self, call_id: str, output: str) -> None:
+        """The output of a call to a tool declared without a function (a ``call`` event named it); any thread. A
+        call id the session does not wait for ends the conversation with an ERROR."""
+        self._inbox.put(("tool_result", call_id, output))
+
     @property
     def backlog_seconds(self) -> float:
         with self._lock:
@@ -226,17 +233,23 @@ class Live(Job):
 
     def _execute(self, model) -> None:
         request: LiveRequest = self.request
-        session = model.session(request.system_prompt, request.seed, request.speaker, request.config)
+        extra = {"tools": request.tools} if request.tools else {}
+        session = model.session(request.system_prompt, request.seed, request.speaker, request.config, **extra)
         self._emit(LiveEvent(READY, setup_seconds=session.setup_seconds, prompt_frames=session.prompt_frames))
         try:
             while not self.cancel_requested and not session.ended:
-                for message in self._messages(timeout=0.05):
+                for message in [*self._messages(timeout=0.05), ("poll",)]:
                     if message[0] == "audio":
                         frames = session.feed(message[1], message[2])
                         with self._lock:
                             self._consumed += len(message[1]) / message[2]
                     elif message[0] == "flush":
                         frames = session.flush()
+                    elif message[0] == "tool_result":
+                        session.provide_tool_result(message[1], message[2])
+                        frames = session.poll()
+                    elif message[0] == "poll":  # a tool may have answered while no audio came
+                        frames = session.poll() if session.tool_channel is not None and not session.ended else []
                     else:
                         break
                     if frames:
@@ -406,6 +419,8 @@ class Engine:
 
         request = job.request
         kwargs = {} if request.config is None else {"config": request.config}
+        if request.tools:
+            kwargs["tools"] = request.tools
         try:
             result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
                                          seed=request.seed, progress=progress, **kwargs)
@@ -521,7 +536,7 @@ def demo_model(directory: Union[str, Path]) -> ModelLoader:
 
     def load(progress_bar: type):
         import voicechat
-        from voicechat.testing import write_tiny_checkpoint
+        from voicechat.random_checkpoint import write_tiny_checkpoint
 
         return voicechat.load(write_tiny_checkpoint(Path(directory), seed=0), offline=True)
 

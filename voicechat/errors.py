@@ -38,3 +38,7 @@ class Cancelled(VoiceChatError):
 
 class TimelineFull(VoiceChatError):
     """A conversation that would pass the session's timeline limit."""
+
+
+class ToolError(VoiceChatError):
+    """A tool declaration or tool result voicechat cannot use (bad schema, too many tools, unknown call id ...)."""

@@ -13,7 +13,6 @@ the call when the session falls behind real time, a device stops, or the user pr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import shutil
@@ -200,7 +199,7 @@ class LiveOptions:
     demo: bool = False  # a tiny random-weight model instead of ``model`` (answers are noise)
     system_prompt: str = ""
     seed: int = 0
-    tools: Optional[str] = None  # "builtin": the built-in tools (issue 13)
+    tools: tuple = ()  # voicechat.tools.Tool objects the model may call
     input_device: Optional[str] = None  # None: the system's default; a number or part of a name
     output_device: Optional[str] = None
     save: Optional[Path] = None  # folder for conversation.wav (stereo) and conversation.json
@@ -307,6 +306,7 @@ class LiveCall:
         self.to_speaker = Resampler(OUTPUT_RATE, sink.rate)
         self.played_to_model = Resampler(sink.rate, INPUT_RATE)
         self.stats = LiveStats()
+        self.started = self.wall_seconds = 0.0  # when the devices started; how long the call ran
         self.guard = LagGuard(0.0 if o.fast else o.max_lag)
         self.heard: list[np.ndarray] = []  # what the session was sent, at 16 kHz
         self.sent_seconds = 0.0
@@ -324,6 +324,7 @@ class LiveCall:
     # ---- the loop ---------------------------------------------------------------------------------------------
     def run(self):
         self.wait_until_ready()
+        self.started = time.monotonic()
         self.source.start()
         self.sink.start()
         with ctrl_c_stops(self.stop_requested.set):
@@ -335,6 +336,7 @@ class LiveCall:
                 self.sink.tick()
                 self.view.show(self.status(), time.monotonic())
         self.finish_output()
+        self.wall_seconds = time.monotonic() - self.started
         return self.live.result()
 
     def wait_until_ready(self) -> None:
@@ -367,7 +369,7 @@ class LiveCall:
         self.stats.add(frame)
         self.view.say("you", frame.transcript)
         self.view.say("assistant", frame.text)
-        if self.o.tools is None:  # with tools, the calls show as tool lines
+        if not self.o.tools:  # with tools, the calls show as tool lines
             self.view.say("function", frame.function_text)
         if frame.turn == "end" and self.view.speaker == "assistant":
             self.view.end_line()
@@ -433,7 +435,8 @@ class LiveCall:
         return status_line(self.stats, self.lag, self.sink.buffer.buffered_seconds, self.sink.buffer.underruns)
 
     def summary(self) -> dict:
-        return {**self.stats.summary(), "stop": self.stop_reason, "lag_s": round(self.lag, 3),
+        return {**self.stats.summary(), "stop": self.stop_reason, "wall_seconds": round(self.wall_seconds, 3),
+                "lag_s": round(self.lag, 3),
                 "underruns": self.sink.buffer.underruns, "dropped_output_seconds": round(
                     (self.sink.buffer.dropped + self.sink.buffer.ring.dropped) / self.sink.rate, 3),
                 "input_seconds": round(self.sent_seconds, 3),
@@ -462,30 +465,27 @@ def stereo_timeline(user: np.ndarray, user_rate: int, result) -> np.ndarray:
     return out
 
 
-def live_json(result, o: LiveOptions, summary: dict) -> dict:
-    """conversation.json of a live call: texts, per-position ids and codes, timings, settings, the call's numbers."""
-    return {
-        "user_transcript": result.user_transcript, "assistant_text": result.text,
-        "function_text": result.function_text, "frame_seconds": result.frame_seconds,
-        "first_frame": result.first_frame, "prompt_frames": result.prompt_frames, "input_frames": result.input_frames,
-        "text_tokens": np.asarray(result.text_tokens).tolist(),
-        "function_tokens": np.asarray(result.function_tokens).tolist(),
-        "audio_codes": np.asarray(result.audio_codes).tolist(),
-        "answer_sample_rate": result.sample_rate, "timings_s": result.timings, "settings": result.settings,
-        "live": {**summary, "model": "demo" if o.demo else o.model, "system_prompt": o.system_prompt,
-                 "seed": o.seed, "tools": o.tools},
-    }
-
-
-def save_conversation(directory: Path, result, user: np.ndarray, o: LiveOptions, summary: dict) -> tuple[Path, Path]:
+def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveOptions) -> tuple[Path, Path]:
+    """conversation.wav (stereo, :func:`stereo_timeline`) and conversation.json: the app's and the CLI's record
+    (voicechat.result.conversation_json, source "live") plus ``live``, the call's numbers."""
     import soundfile as sf
 
     from .audio import to_int16
+    from .config import GenerationConfig
+    from .engine import make_answer
+    from .result import conversation_json
 
     directory.mkdir(parents=True, exist_ok=True)
     wav, js = directory / "conversation.wav", directory / "conversation.json"
-    sf.write(str(wav), to_int16(stereo_timeline(user, INPUT_RATE, result)), result.sample_rate, subtype="PCM_16")
-    js.write_text(json.dumps(live_json(result, o, summary), indent=1, default=str) + "\n")
+    sf.write(str(wav), to_int16(stereo_timeline(call.user_audio(), INPUT_RATE, result)), result.sample_rate,
+             subtype="PCM_16")
+    summary = call.summary()
+    record = conversation_json(
+        make_answer(model, result, summary["wall_seconds"]), source="live", model=o.model, demo_model=o.demo,
+        input_file=o.input_file.name if o.input_file else f"microphone: {call.source.name}",
+        input_sample_rate=call.source.rate, input_seconds=call.sent_seconds, system_prompt=o.system_prompt,
+        seed=o.seed, generation_config=GenerationConfig(), answer_file=wav.name)
+    js.write_text(json.dumps({**record, "live": summary}, indent=1, default=str) + "\n")
     return wav, js
 
 
@@ -524,7 +524,7 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
         write_wav(o.output_file, sink.audio(), sink.rate)
         say(f"wrote {o.output_file} ({sink.audio().size / sink.rate:.2f} s at {sink.rate} Hz)")
     if o.save is not None:
-        wav, js = save_conversation(o.save, result, call.user_audio(), o, summary)
+        wav, js = save_conversation(o.save, engine.model, result, call, o)
         say(f"saved {wav} and {js}")
     say(f"{call.stop_reason}: {summary.get('frames', 0)} frames")
     if call.error is not None:
@@ -535,10 +535,4 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
 def live_request(o: LiveOptions):
     from .engine import LiveRequest
 
-    if o.tools is None:
-        return LiveRequest(system_prompt=o.system_prompt, seed=o.seed)
-    if "tools" not in {f.name for f in dataclasses.fields(LiveRequest)}:
-        raise VoiceChatError("--tools: this version's live session does not run tool calls yet (issue 13)")
-    from .tools import BUILTIN_TOOLS
-
-    return LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=BUILTIN_TOOLS)
+    return LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=o.tools)

@@ -9,17 +9,20 @@ silence until the assistant's turn has ended).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
+from . import compute
 import mlx.core as mx
 
 from .audio import prepare_input, read_audio, resample
+from .cache import capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
 from .model import VoiceChatModel, load_parts, speaker_reference_path
@@ -27,9 +30,11 @@ from .result import FrameUpdate, Result
 from .session import Frame, Session
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
+from .tools import Tool, system_prompt as tool_prompt
 from .tts.eartts import prompt_samples, warmup_waveform
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
+WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
 
 Progress = Callable[[int, int, FrameUpdate], None]
 
@@ -43,6 +48,17 @@ class Model:
         self.net = net
         self.directory = directory
         self._warmup_codes: dict = {}
+        self._streams: dict[int, tuple] = {}
+        self._silence: Optional[mx.array] = None
+
+    def streams(self) -> tuple:
+        """The two device streams sessions build their positions on (the LLM's; the speech networks'), made once per
+        thread (a stream belongs to the thread that made it): MLX keeps a stream's thread for the life of the process,
+        so a stream per session would leak threads."""
+        thread = threading.get_ident()
+        if thread not in self._streams:
+            self._streams[thread] = (mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device()))
+        return self._streams[thread]
 
     # -- speaker ---------------------------------------------------------------------------------------------
     def speakers(self) -> list[str]:
@@ -84,25 +100,35 @@ class Model:
             self._warmup_codes[key] = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
         return self._warmup_codes[key]
 
+    def _tool_silence(self) -> mx.array:
+        """What a tool exchange's positions hear: the speech encoder's first frame for one second of zeros, the
+        vector NVIDIA's live wrapper caches (docs/tools.md §5). Computed once per model. -> [H]"""
+        if self._silence is None:
+            n = self.config.input_sample_rate
+            self._silence = self.net.stt_model.perception(mx.zeros((1, n)), mx.array([n]))[0][0, 0]
+            mx.eval(self._silence)
+        return self._silence
+
     # -- the public calls ----------------------------------------------------------------------------------------
     def session(self, system_prompt: str = "", seed: int = 0, speaker=None,
-                config: Optional[GenerationConfig] = None) -> Session:
+                config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = ()) -> Session:
         """A conversation: ``feed`` it audio as it arrives, get each 80 ms position back as soon as it is done
-        (:class:`voicechat.session.Session`). ``speaker`` as in :meth:`generate`."""
-        return Session(self, system_prompt, seed, speaker, config)
+        (:class:`voicechat.session.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
+        return Session(self, system_prompt, seed, speaker, config, tools)
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
-                 progress: Optional[Progress] = None) -> Result:
+                 progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
         """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
         file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
         ``progress(done_frames, total_frames, update)`` is called after every timeline frame; raising from it stops
-        the run."""
-        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress)
+        the run. ``tools``: up to 5 :class:`voicechat.tools.Tool` objects the model may call; their calls and results
+        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout)."""
+        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
-                  config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None, *,
-                  noise=None, profile: bool = False, script=None) -> Result:
+                  config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
         ``profile``, ``script``)."""
         gen = config or GenerationConfig()
@@ -111,27 +137,45 @@ class Model:
                           gen.max_input_seconds)
         fixed = gen.reference or gen.extra_seconds is not None
         extra = round(((gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds) * cfg.input_sample_rate)
-        tracker = ProgressTracker(progress, self.prompt_length(system_prompt) + self.encoder_frames(len(x) + extra))
+        tracker = ProgressTracker(progress, self.prompt_length(tool_prompt(system_prompt, tools))
+                                  + self.encoder_frames(len(x) + extra))
         tracker.announce("prompt")
-        session = Session(self, system_prompt, seed, speaker, gen, noise=noise, profile=profile,
+        session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
                           on_frame=tracker.frame, script=script)
-        session.feed(x, cfg.input_sample_rate)
+
+        def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
+            session.feed(samples, cfg.input_sample_rate)
+            session.settle()
+
+        feed(x)
         # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
         heard = session.prompt_frames + min(-(-len(x) // cfg.samples_per_input_frame),
                                             self.encoder_frames(len(x) + extra))
         if fixed:
-            session.feed(np.zeros(extra, np.float32), cfg.input_sample_rate)
+            feed(np.zeros(extra, np.float32))
             session.flush()
         else:  # silence, one frame at a time, until the answer has ended; at the bound, the input ends
             frame = cfg.samples_per_input_frame
             for i in range(0, extra, frame):
-                if answer_finished(session.text, session.position - 1, heard, cfg.pad_id, cfg.eos_id,
-                                   session.prompt_frames):
+                start = answer_start(session)
+                if start is not None and answer_finished(session.text, session.position - 1, heard + session.held,
+                                                         cfg.pad_id, cfg.eos_id, start):
                     break
-                session.feed(np.zeros(min(frame, extra - i), np.float32), cfg.input_sample_rate)
+                feed(np.zeros(min(frame, extra - i), np.float32))
             else:
                 session.flush()
         return dataclasses.replace(session.result(), input_frames=heard - session.prompt_frames)
+
+    def warm_up(self, positions: int = WARM_POSITIONS) -> float:
+        """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
+        tracing and the GPU's kernel compilation happen now rather than in the first answer or at a cache's growth
+        (GPU only: on a CPU nothing is compiled). Returns the seconds it took."""
+        t0 = time.perf_counter()
+        session = Session(self, "warm up")
+        session.feed(np.zeros(3 * self.config.samples_per_input_frame, np.float32), self.config.input_sample_rate)
+        self.net.stt_model.llm.warm_up(capacities(positions))
+        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
+        return time.perf_counter() - t0
 
     def prompt_length(self, system_prompt: str) -> int:
         """Timeline positions of a system prompt: [bos] + its tokens + [eos] (SPEC §1.2 C), none without one."""
@@ -140,6 +184,15 @@ class Model:
     def encoder_frames(self, samples: int) -> int:
         """Timeline positions a recording of ``samples`` gives after the prompt (SPEC §1.2 B)."""
         return timeline_frames(self.config.audio, samples)
+
+
+def answer_start(session: Session) -> Optional[int]:
+    """Where the answer is looked for: after the prompt and after the last tool exchange, since the model answers
+    from a tool's result once it has read it. None while an exchange is open."""
+    if session.tool_channel is not None and session.tool_channel.pending():
+        return None
+    ends = [call.end + 1 for call in session.tool_calls if call.end is not None]
+    return max([session.prompt_frames, *ends])
 
 
 def answer_finished(text: list, t: int, heard: int, pad_id: int, eos_id: int, prompt: int) -> bool:
@@ -172,6 +225,7 @@ class ProgressTracker:
 
     def frame(self, frame: Frame) -> None:
         self.done += 1
+        self.total = max(self.total, self.done)  # a tool exchange adds positions
         self.text += frame.text
         self.function_text += frame.function_text
         self.announce("frames")
@@ -184,4 +238,8 @@ def load(path_or_repo: Union[str, Path, None] = None, tokenizer: Optional[str] =
 
     cfg, tok, net, directory = load_parts(str(path_or_repo or DEFAULT_MODEL), tokenizer, dtype, offline,
                                           download_progress)
-    return Model(cfg, tok, net, directory)
+    model = Model(cfg, tok, net, directory)
+    if compute.compile_enabled():
+        model.warm_up()
+    gc.freeze()  # the model's many Python objects leave the collector's view: no long collections mid-conversation
+    return model

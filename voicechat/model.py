@@ -20,9 +20,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from .checkpoint import (integrity_problems, load_into, quantize_modules, read_weights, resolve_checkpoint,
-                         resolve_tokenizer_file)
-from .config import ModelConfig, load_config, local_llm_dir, with_token_ids
+from .checkpoint import (integrity_problems, load_config, load_into, local_llm_dir, quantize_modules, read_weights,
+                         resolve_checkpoint, resolve_tokenizer_file)
+from .config import ModelConfig, with_token_ids
 from .errors import CheckpointError, ConfigError
 from .stt.nemotron_h import NemotronH
 from .stt.perception import Perception
@@ -35,6 +35,7 @@ SPEAKER_KEY = re.compile(r"^tts_model\.audio_prompt_latents\.([^.]+)$")
 
 # Buffers that some published layouts omit and the model derives itself (SPEC §4.5): the mel filterbank and window,
 # the char-encoder flag tables (from the tokenizer), the TTS copy of the codebooks, and the codec silence frame.
+# The one list of them: loading (``build``), the random checkpoints and the tests use it.
 DERIVED_KEYS = (
     r"^stt_model\.perception\.preprocessor\.featurizer\.(window|fb)$",
     r"^tts_model\.tts_model\.embed_subword\.(subword_flag_emb|bos_eos_emb)\.(is_continuation|special_flags|pad_tensor)$",
@@ -139,7 +140,16 @@ def build(cfg: ModelConfig, tokenizer: TextTokenizer, weights: dict, dtype: Opti
                         dtype_for=lambda name, w: mx.float32 if keep_float32(name) else dtype)
     derive_missing(model, cfg, tokenizer, set(missing))
     mx.eval(model.parameters())
+    prepare(model)
     return model
+
+
+def prepare(model: nn.Module) -> None:
+    """Compute, once, what inference derives from the loaded weights (modules with a ``prepare`` method: offset norm
+    weights, fused projections, codebook norms), so that none of it runs per frame or inside a compiled function."""
+    for _, module in model.named_modules():
+        if hasattr(module, "prepare"):
+            mx.eval(module.prepare())
 
 
 def derive_missing(model: VoiceChatModel, cfg: ModelConfig, tokenizer: TextTokenizer, missing: set[str]) -> None:

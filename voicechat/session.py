@@ -8,6 +8,10 @@ Per timeline position t (the system prompt's positions first, then one per 80 ms
     speak:  (t >= 1) text[t] and the codes of t-1 (silence codes when text[t] is EOS) -> 31 codes -> 1764 samples
     hear:   the RNNT transcript of the user, one encoder frame at a time
 ``Model.generate`` is a session fed a whole recording, so the offline answer and a streamed one are the same frames.
+
+With tools, a :class:`voicechat.tools.ToolChannel` watches the function channel: each position is read back before the
+next is built; during a tool exchange the positions hear the silence embedding while the user's frames wait in
+``heard``, the channel fixes their ids, and no position runs while a tool runs (docs/tools.md §5).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -24,18 +28,20 @@ import mlx.core as mx
 
 from .audio import to_float32
 from .config import GenerationConfig
-from .errors import AudioInputError, TimelineFull
+from .errors import AudioInputError, ConfigError, TimelineFull
 from .result import Result
 from .stt import lm
 from .stt.perception import PerceptionStream, timeline_frames
 from .stt.rnnt import RNNTGreedy, transcript_text
 from .tokenizer import channel_text
+from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
 from .tts.eartts import warmup_inputs
 from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
 TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, LIVE.md §1.1); the TTS window is 7500 more
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
+LOOKAHEAD = 1  # positions built and queued on the device while the host reads the one before
 
 
 @dataclass(frozen=True)
@@ -58,27 +64,24 @@ def tts_settings(cfg, gen: GenerationConfig) -> TTSSettings:
         cfg.tts.noise_scale if gen.tts_noise_scale is None else gen.tts_noise_scale)
 
 
-def sample_text_token(logits: mx.array, best: int, history: np.ndarray, specials: set[int], gen: GenerationConfig,
-                      key: Optional[mx.array]) -> int:
-    """BR's ``_sample_text_token``: greedy at temperature 0 (``best`` is the argmax). Otherwise, unless the argmax is
-    pad/bos/eos (then it is kept): repetition penalty on the distinct earlier ids except pad/bos/eos, temperature,
-    top-p (keep the smallest prefix of the sorted distribution whose mass reaches p, at least one id), then a draw.
-    logits [V] -> id"""
-    if gen.text_temperature == 0.0 or best in specials:
+def sample_text_token(logits: mx.array, best: mx.array, seen: mx.array, specials: mx.array, gen: GenerationConfig,
+                      key: Optional[mx.array]) -> mx.array:
+    """BR's ``_sample_text_token``, on the device: greedy at temperature 0 (``best`` is the argmax). Otherwise,
+    unless the argmax is pad/bos/eos (then it is kept): repetition penalty on the ids ``seen`` before (pad/bos/eos
+    never count), temperature, top-p (keep the smallest prefix of the sorted distribution whose mass reaches p, at
+    least one id), then a draw with ``key``. logits [V], best [], seen [V] bool, specials [3] -> id []"""
+    if gen.text_temperature == 0.0:
         return best
     x = logits.astype(mx.float32)
-    seen = sorted(set(np.unique(history).tolist()) - specials)
-    if gen.text_repetition_penalty != 1.0 and seen:
-        idx = mx.array(seen)
-        old = x[idx]
-        x[idx] = mx.where(old > 0, old / gen.text_repetition_penalty, old * gen.text_repetition_penalty)
+    if gen.text_repetition_penalty != 1.0:
+        x = mx.where(seen, mx.where(x > 0, x / gen.text_repetition_penalty, x * gen.text_repetition_penalty), x)
     x = x / gen.text_temperature
     if gen.text_top_p < 1.0:
         order = mx.argsort(-x)
         cumulative = mx.cumsum(mx.softmax(x[order]), axis=-1)
         drop = mx.concatenate([mx.array([False]), cumulative[:-1] > gen.text_top_p])
         x[order] = mx.where(drop, -mx.inf, x[order])
-    return int(mx.random.categorical(x, key=key).item())
+    return mx.where(mx.any(best == specials), best, mx.random.categorical(x, key=key))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -122,17 +125,21 @@ class TextStream:
 
 
 @dataclass
-class SpeechWork:
-    """The TTS and codec work of one position, built lazily and evaluated with the next position's LLM step."""
+class Step:
+    """One position's work, built lazily on the device and evaluated once; the host reads it afterwards."""
 
     t: int
-    codes: Optional[mx.array] = None  # [Q] (none at t = 0)
-    piece: Optional[mx.array] = None  # [1, n] newly final samples (none before the decoder starts)
-    state: list = field(default_factory=list)  # TTS caches, codec stream state
+    ids: mx.array  # [2] the text and function tokens
+    codes: Optional[mx.array]  # [Q] (none at t = 0)
+    piece: Optional[mx.array]  # [1, n] newly final samples (none before the decoder starts)
+    heard: tuple  # (encoder frame [1, D], valid, first joint or None, transcript length it was built on)
+    state: list = field(default_factory=list)  # every network's state after it
 
     @property
     def arrays(self) -> list[mx.array]:
-        return [a for a in (self.codes, self.piece) if a is not None] + self.state
+        first = self.heard[2]
+        return ([self.ids] + [a for a in (self.codes, self.piece) if a is not None] + list(first or ())
+                + self.state)
 
 
 class Clock:
@@ -172,16 +179,19 @@ class Session:
     NVIDIA's offline loop does (SPEC §1.2 C-H). ``setup_seconds`` says how long that took."""
 
     def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
-                 config: Optional[GenerationConfig] = None, *, noise=None, profile: bool = False, on_frame=None,
-                 script=None):
-        """Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
-        ``on_frame(frame)`` sees each finished frame, ``script(t, text_id, function_id) -> (text_id, function_id)``
-        replaces the model's ids at each position (a known channel for tests, a realistic workload for benchmarks)."""
+                 config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = (), *, noise=None,
+                 profile: bool = False, on_frame=None, script=None):
+        """``tools``: the :class:`voicechat.tools.Tool` objects the model may call (at most 5); the system prompt the
+        model reads is then ``voicechat.tools.system_prompt(system_prompt, tools)``.
+
+        Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
+        ``on_frame(frame)`` sees each finished frame, ``script(t) -> (text_id or None, function_id or None)`` fixes
+        ids at position t in place of the model's (a known channel for tests, a realistic workload for benchmarks)."""
         t0 = time.perf_counter()
         self.script = script
         self.model, self.cfg = model, model.config
         self.gen = config or GenerationConfig()
-        self.seed, self.system_prompt = seed, system_prompt
+        self.seed, self.system_prompt, self.tools = seed, system_prompt, tuple(tools)
         self.clock = Clock(profile)
         self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
         self._build_state(noise)
@@ -194,10 +204,13 @@ class Session:
         self.stt, self.tts = net.stt_model, net.tts_model
         self.settings = tts_settings(c, gen)
         self.specials = {c.pad_id, c.bos_id, c.eos_id}
+        self.special_ids = mx.array(sorted(self.specials), mx.int32)
+        self.seen = mx.zeros((c.llm.vocab_size,), mx.bool_)  # text ids so far, for the repetition penalty
+        self.prev_ids = mx.array([c.pad_id, c.pad_id], mx.int32)  # text and function tokens of the last position
         tts_key, self.text_key = mx.random.split(mx.random.key(self.seed))
         self.noise = noise or KeyNoise(tts_key)
-        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(self.system_prompt), c.eos_id] \
-            if self.system_prompt else []
+        prompt = tool_prompt(self.system_prompt, self.tools)
+        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
         self.prompt_frames = len(self.prompt_ids)
         # what reference mode changes is data: where the codec starts, what frame 0 holds, what the result keeps
         self.decoder_from = 0 if gen.reference else max(0, self.prompt_frames - CODEC_CONTEXT_FRAMES)
@@ -218,12 +231,22 @@ class Session:
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.codec = self.tts.audio_codec.stream()
-        self.llm_stream, self.speech_stream = mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device())
+        self.llm_stream, self.speech_stream = self.model.streams()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
         self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
+        self.tool_channel = self._tool_channel()
+        self.held = 0  # positions given to tool exchanges (the silence embedding in, the user's frames waiting)
+
+    def _tool_channel(self) -> Optional[ToolChannel]:
+        if not self.tools:
+            return None
+        if self.stt.function_head is None:
+            raise ConfigError("this checkpoint has no function head, so its model cannot call tools; "
+                              "start the session without tools")
+        return ToolChannel(self.tools, self.model.tokenizer, self.cfg.pad_id)
 
     def _start_timeline(self, speaker) -> None:
         c = self.cfg
@@ -231,7 +254,7 @@ class Session:
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
         self.tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
-        self.prev_code = mx.array(np.asarray(inputs.code)[-1])
+        self.prev_code = mx.array(np.asarray(inputs.code)[-1].astype(np.int32))
         self.clock.add("tts warm-up", t0)
         if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (SPEC §1.2 E)
             t0 = time.perf_counter()
@@ -263,7 +286,7 @@ class Session:
         out = []
         for i in range(0, len(x), block):
             self._listen(*self.listener.push(x[i:i + block]), valid=True)
-            out += self._run(self._take_heard())
+            out += self._run(self._inputs())
         return out
 
     def flush(self) -> list[Frame]:
@@ -278,10 +301,11 @@ class Session:
         if len(x):
             self._check_room(self._frames_after(self.listener.samples + len(x)))
             self._listen(*self.listener.push(x), valid=True)
-            out += self._run(self._take_heard())
-        self._check_room(self.prompt_frames + timeline_frames(self.cfg.audio, self.listener.samples))
+            out += self._run(self._inputs())
+        self._check_room(self.prompt_frames + self.held + timeline_frames(self.cfg.audio, self.listener.samples))
         self._listen(*self.listener.finish(), valid=None)
-        out += self._run(self._take_heard())
+        out += self._run(self._inputs())
+        out += self.settle()
         self.ended = True
         self.tail = np.asarray(self.codec.flush())[0]
         return out
@@ -310,7 +334,7 @@ class Session:
     def _frames_after(self, samples: int) -> int:
         """Timeline positions once ``samples`` of input are in (frame k needs samples up to 1280 k + n_fft / 2)."""
         reach = self.cfg.audio.preprocessor.n_fft // 2
-        return self.prompt_frames + max(0, (samples - reach) // self.cfg.samples_per_input_frame + 1)
+        return self.prompt_frames + self.held + max(0, (samples - reach) // self.cfg.samples_per_input_frame + 1)
 
     def _check_room(self, positions: int) -> None:
         if positions > TIMELINE_LIMIT:
@@ -327,118 +351,188 @@ class Session:
             audio = projected[i] if inside or not self.prompt_frames else mx.zeros_like(projected[i])
             self.heard.append((audio, encoded[i], inside))
 
-    def _take_heard(self) -> list:
-        heard = list(self.heard)
-        self.heard.clear()
-        return heard
+    def _inputs(self) -> Iterator:
+        """The inputs of the positions that can run now, in order: the heard frames, with a tool exchange's
+        positions in between (the silence embedding, no encoder frame); none while a tool runs."""
+        while True:
+            if self.tool_channel is not None:
+                if self.tool_channel.paused():
+                    return
+                if self.tool_channel.holds_user_audio():
+                    self._check_room(self.position + 1)
+                    self.held += 1
+                    yield self.model._tool_silence(), None, True
+                    continue
+            if not self.heard:
+                return
+            yield self.heard.popleft()
+
+    # -- tools ---------------------------------------------------------------------------------------------------
+    def poll(self) -> list[Frame]:
+        """The positions that can run without new audio: once a tool has answered, the rest of its exchange and the
+        user's frames that waited for it. A live caller calls it while no audio arrives; ``feed`` does it anyway."""
+        return self._run(self._inputs())
+
+    def settle(self) -> list[Frame]:
+        """Wait for running tools (each at most its timeout) and run the positions that waited for them: for a
+        caller with nothing else to do meanwhile (an offline generation, the end of the input)."""
+        out = []
+        while self.tool_channel is not None and self.tool_channel.paused():
+            self.tool_channel.wait()
+            out += self._run(self._inputs())
+        return out
+
+    def provide_tool_result(self, call_id: str, output: str) -> None:
+        """The output of a call to a tool declared without a function (the caller runs it); see ``ToolChannel``."""
+        if self.tool_channel is None:
+            raise ConfigError("this session has no tools")
+        self.tool_channel.provide_result(call_id, output)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """Every tool call so far, finished or not."""
+        return self.tool_channel.records() if self.tool_channel is not None else []
 
     # -- the frame loop ----------------------------------------------------------------------------------------
     def _run(self, inputs: list) -> list[Frame]:
-        """Run one position per input (audio [H] or None on the prompt, encoder frame [D], valid). One evaluation per
-        position: its LLM step with the speech work of the position before (they depend on nothing of each other,
-        so they are built on two streams and run side by side); the last speech work is evaluated alone."""
-        frames, pending = [], None
+        """Run one position per input (audio [H] or None on the prompt, encoder frame [D], valid). Each position is
+        one graph on the device (ids, codes and samples never wait for the host) and one evaluation; while it runs,
+        the next position is already built (LOOKAHEAD), and the host reads the finished one."""
+        frames, running = [], deque()
         self.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
+        # with tools, the channel reads each position before it plans the next one (docs/tools.md §5)
+        lookahead = 0 if self.tool_channel is not None else LOOKAHEAD
         for audio, encoded, valid in inputs:
-            t = self.position
-            mark = self.clock.mark()
-            logits = self._think(t, audio) if audio is not None else ()
-            mx.eval(*logits, encoded, *self.listener.arrays(), *(pending.arrays if pending else ()))
-            self._read_tokens(t, *logits)
-            self._hear(encoded, valid)
-            if pending:
-                frames.append(self._finish(pending))
-            self.valid.append(valid)
-            pending = self._speak(t)
+            step = self._step(self.position, audio, encoded, valid)
+            mx.async_eval(step.arrays)
+            running.append(step)
             self.position += 1
-        if pending:
-            mx.eval(*pending.arrays)
-            frames.append(self._finish(pending))
+            if len(running) > lookahead:
+                frames.append(self._finish(running.popleft()))
+        while running:
+            frames.append(self._finish(running.popleft()))
         return frames
 
-    def _think(self, t: int, audio: mx.array) -> tuple:
-        """Position t (lazy): fused input from text[t-1] / function[t-1] (pad at t = 0) -> (greedy ids, text logits,
-        LLM state)."""
+    def _step(self, t: int, audio: Optional[mx.array], encoded: mx.array, valid: bool) -> Step:
+        """Position t, lazily: think (the LLM's ids; pad over the prompt), hear (the transcript's first joint call),
+        speak (TTS and codec)."""
         c = self.cfg
+        ids = self._think(t, audio) if audio is not None else mx.array([c.pad_id, c.pad_id])
+        ids = self._scripted(t, ids)
+        if audio is not None:  # the prompt's positions keep pad
+            ids = self._tool_ids(t, ids)
+        first = None
+        if self.rnnt is not None and valid and encoded is not None:
+            with mx.stream(self.llm_stream):
+                first = self.rnnt.first_joint(self.rnnt_state, encoded[None])
+        codes, piece = self._speak(t, ids[0])
+        self.prev_ids = ids
+        state = [*self.lm_state.arrays, *self.listener.arrays(), *self.tts_state.arrays(), *self.codec.arrays,
+                 self.seen, self.text_key]
+        built_on = len(self.rnnt_state.tokens) if first is not None else 0
+        return Step(t, ids, codes, piece, (encoded, valid, first, built_on), state)
+
+    def _think(self, t: int, audio: mx.array) -> mx.array:
+        """The LLM at position t: fused input from text[t-1] / function[t-1] (pad at t = 0) -> [text, function] ids:
+        text sampled (greedy by default), function greedy (SPEC §1.2 F)."""
+        c, gen = self.cfg, self.gen
         t0 = time.perf_counter()
-        prev_text = mx.array([self.text[t - 1] if t else c.pad_id])
-        prev_func = mx.array([self.func[t - 1] if t else c.pad_id]) if self.stt.function_head is not None else None
         with mx.stream(self.llm_stream):
-            text, func = lm.step(self.stt, c, self.lm_state, audio[None], prev_text, prev_func)
-            best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1)  # greedy ids, same graph
-        out = (best, text, *self.lm_state.arrays)
-        self.clock.stage("llm", t0, *out)
-        return out
+            prev_text, prev_func = self.prev_ids[0:1], self.prev_ids[1:2]
+            text, func = lm.step(self.stt, c, self.lm_state, audio[None], prev_text,
+                                 prev_func if self.stt.function_head is not None else None)
+            best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1).reshape(-1).astype(mx.int32)
+            key = None
+            if gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
+                self.text_key, key = mx.random.split(self.text_key)
+            text_id = sample_text_token(text[0], best[0], self.seen, self.special_ids, gen, key).astype(mx.int32)
+            func_id = best[1] if func is not None else mx.array(c.pad_id, mx.int32)
+            self.seen = self.seen | ((mx.arange(self.seen.shape[0]) == text_id) & ~mx.any(text_id == self.special_ids))
+            ids = mx.stack([text_id, func_id])
+        self.clock.stage("llm", t0, ids, *self.lm_state.arrays)
+        return ids
 
-    def _read_tokens(self, t: int, best: Optional[mx.array] = None, text_logits: Optional[mx.array] = None,
-                     *state) -> None:
-        """text[t] sampled (greedy by default), function[t] greedy (SPEC §1.2 F); pad over the prompt (E)."""
-        pad = self.cfg.pad_id
-        if best is None:
-            self.text.append(pad)
-            self.func.append(pad)
-            return
-        ids = best.reshape(-1).tolist()
-        key = None
-        if self.gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
-            self.text_key, key = mx.random.split(self.text_key)
-        text_id = sample_text_token(text_logits[0], ids[0], np.array(self.text), self.specials, self.gen, key)
-        func_id = ids[1] if self.stt.function_head is not None else pad
-        if self.script is not None:
-            text_id, func_id = self.script(t, text_id, func_id)
-        self.text.append(text_id)
-        self.func.append(func_id)
+    def _scripted(self, t: int, ids: mx.array) -> mx.array:
+        """The test and benchmark seam: ids the script fixes for position t replace the model's."""
+        if self.script is None:
+            return ids
+        text, func = self.script(t)
+        return mx.stack([ids[0] if text is None else mx.array(text, mx.int32),
+                         ids[1] if func is None else mx.array(func, mx.int32)])
 
-    def _hear(self, encoded: mx.array, valid: bool) -> None:
-        """One encoder frame of the transcript (SPEC §1.2 J: frames past the valid length skipped)."""
-        if self.rnnt is None or not valid:
-            return
-        t0 = time.perf_counter()
-        self.rnnt.decode_frame(self.rnnt_state, encoded[None])
-        self.clock.add("transcript", t0)
+    def _tool_ids(self, t: int, ids: mx.array) -> mx.array:
+        """The ids the tool channel fixes for position t (docs/tools.md §5), in the position's graph: during an
+        exchange the planned ones, and PAD text where the model opens a call."""
+        if self.tool_channel is None:
+            return ids
+        plan = self.tool_channel.plan(t)
+        func = ids[1] if plan.function_id is None else mx.array(plan.function_id, mx.int32)
+        text = ids[0] if plan.text_id is None else mx.array(plan.text_id, mx.int32)
+        if plan.pad_text_if is not None:
+            text = mx.where(func == plan.pad_text_if, mx.array(self.cfg.pad_id, mx.int32), text)
+        return mx.stack([text, func])
 
-    def _speak(self, t: int) -> SpeechWork:
-        """The TTS step of position t (none at t = 0) and the codec's new samples, lazy."""
+    def _speak(self, t: int, text_id: mx.array) -> tuple[Optional[mx.array], Optional[mx.array]]:
+        """The TTS step of position t (none at t = 0) and the codec's new samples, lazy: (codes [Q], samples)."""
+        c, s = self.cfg, self.settings
+        codes = piece = None
         with mx.stream(self.speech_stream):
-            c, s = self.cfg, self.settings
-            work = SpeechWork(t)
             if t >= 1:
                 t0 = time.perf_counter()
-                if self.text[t] == c.eos_id and c.tts.force_silence_on_eos:  # SPEC §1.2 H
-                    self.prev_code = self.silence
-                self.prev_code = work.codes = self.tts.tts_model.step(
-                    self.tts_state, self.prev_code, self.text[t], s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
-                work.state += self.tts_state.arrays()
-                self.clock.stage("tts", t0, *work.arrays)
+                if c.tts.force_silence_on_eos:  # SPEC §1.2 H: the silence codes precede an EOS frame
+                    self.prev_code = mx.where(text_id == c.eos_id, self.silence, self.prev_code)
+                self.prev_code = codes = self.tts.tts_model.step(
+                    self.tts_state, self.prev_code, text_id, s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
+                self.clock.stage("tts", t0, codes, *self.tts_state.arrays())
             if t >= self.decoder_from:
                 t0 = time.perf_counter()
-                codes = work.codes if work.codes is not None else self.frame0_codes
-                work.piece = self.codec.append(codes.reshape(1, 1, -1))
-                work.state += self.codec.arrays
-                self.clock.stage("codec", t0, work.piece, *self.codec.arrays)
-        return work
+                piece = self.codec.append((codes if codes is not None else self.frame0_codes).reshape(1, 1, -1))
+                self.clock.stage("codec", t0, piece, *self.codec.arrays)
+        return codes, piece
 
-    def _finish(self, work: SpeechWork) -> Frame:
-        """The host side of a finished position: its codes, samples and the new text of each channel."""
-        t = work.t
-        codes = np.asarray(work.codes if work.codes is not None else self.frame0_codes).astype(np.int32)
-        self.codes.append(codes)
-        audio = np.asarray(work.piece)[0] if work.piece is not None else np.zeros(0, np.float32)
-        if work.piece is not None:
-            self.pieces.append(audio)
-        text_id, func_id = self.text[t], self.func[t]
+    def _finish(self, step: Step) -> Frame:
+        """The host side of an evaluated position: its ids, codes, samples, the transcript's frame, the new text of
+        each channel."""
         c = self.cfg
+        text_id, func_id = step.ids.tolist()
+        self.text.append(text_id)
+        self.func.append(func_id)
+        self.valid.append(step.heard[1])
+        self._hear(*step.heard)
+        codes = np.asarray(step.codes if step.codes is not None else self.frame0_codes).astype(np.int32)
+        self.codes.append(codes)
+        audio = np.asarray(step.piece)[0] if step.piece is not None else np.zeros(0, np.float32)
+        if step.piece is not None:
+            self.pieces.append(audio)
         now = time.perf_counter()
         seconds = {"total": now - self.last_done, **self.clock.since(self.frame_mark)}
         self.last_done, self.frame_mark = now, self.clock.mark()
-        frame = Frame(position=t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
+        frame = Frame(position=step.t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
                       text=self.text_stream.add(text_id), function_text=self.func_stream.add(func_id),
                       transcript=self._new_transcript(),
                       turn="start" if text_id == c.bos_id else "end" if text_id == c.eos_id else None,
-                      seconds=seconds)
+                      seconds=seconds, events=self._tool_events(step.t, text_id, func_id))
         if self.on_frame is not None:
             self.on_frame(frame)
         return frame
+
+    def _tool_events(self, t: int, text_id: int, func_id: int) -> tuple:
+        """What the tool channel makes of the ids position t kept (none over the prompt)."""
+        if self.tool_channel is None or t < self.prompt_frames:
+            return ()
+        return self.tool_channel.observe(t, text_id, func_id)
+
+    def _hear(self, encoded: mx.array, valid: bool, first, built_on: int) -> None:
+        """The transcript's frame on the host: the first joint call came with the position's graph (usually blank:
+        nothing more to do); symbols go on one call at a time (SPEC §1.2 J: frames past the valid length skipped).
+        A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
+        positions hear nothing."""
+        if self.rnnt is None or not valid or encoded is None:
+            return
+        t0 = time.perf_counter()
+        fresh = first is not None and built_on == len(self.rnnt_state.tokens) and self.rnnt_state.prediction is not None
+        self.rnnt.decode_frame(self.rnnt_state, encoded[None], first if fresh else None)
+        self.clock.add("transcript", t0)
 
     def _new_transcript(self) -> str:
         text = self.transcript
@@ -473,7 +567,7 @@ class Session:
         wave = np.concatenate([*self.pieces, self.tail]) if self.pieces else np.zeros(0, np.float32)
         cut = (self.first_frame - self.decoder_from) * c.codec.samples_per_frame
         first = self.first_frame
-        heard = sum(1 for v in self.valid[p:] if v)
+        heard = sum(1 for v in self.valid[p:] if v) - self.held
         return Result(
             text=strings[0], function_text=strings[1], user_transcript=self.transcript,
             audio=wave[cut:].astype(np.float32), sample_rate=c.codec.sample_rate,
@@ -482,7 +576,8 @@ class Session:
             frame_seconds=c.frame_length, timings=self.clock_seconds(),
             stage_calls={k: list(v) for k, v in self.clock.calls.items()},
             settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt,
-                      "tts_used": asdict(self.settings)},
+                      "tools": [t.declaration() for t in self.tools], "tts_used": asdict(self.settings)},
+            tool_calls=tuple(self.tool_calls),
         )
 
     def clock_seconds(self) -> dict:

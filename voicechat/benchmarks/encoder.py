@@ -19,12 +19,15 @@ from ..stt.perception import Perception
 from . import peak_memory_gb, summary, time_calls
 
 SAMPLE_RATE = 16000
-# The release's perception (SPEC §2.2): 24 layers of d_model 1024, 8 heads, 256 subsampling channels, 128 mels,
-# LayerNorm conv norm, no biases, no xscaling, att_context_size [70, 0]; proj to the LLM width 4480.
+# The release's perception (SPEC §2.1-2.2): 128 mels from 25 ms windows, no padding; 24 layers of d_model 1024, 8 heads,
+# dw_striding x8 with 256 causal channels, kernel 9, LayerNorm conv norm, no biases, no xscaling, chunked_limited
+# att_context_size [70, 0]; proj to the LLM width 4480.
 RELEASE_AUDIO = AudioConfig(
-    preprocessor=PreprocessorConfig(features=128, pad_to=0),
-    encoder=EncoderConfig(feat_in=128, n_layers=24, d_model=1024, n_heads=8, subsampling_conv_channels=256,
-                          conv_norm_type="layer_norm", xscaling=False, use_bias=False),
+    preprocessor=PreprocessorConfig(features=128, window_size=0.025, pad_to=0),
+    encoder=EncoderConfig(feat_in=128, n_layers=24, d_model=1024, n_heads=8, subsampling_factor=8,
+                          subsampling_conv_channels=256, conv_kernel_size=9, conv_norm_type="layer_norm",
+                          att_context_size=(70, 0), att_context_style="chunked_limited", xscaling=False,
+                          use_bias=False, causal_downsampling=True),
     output_dim=4480,
 )
 

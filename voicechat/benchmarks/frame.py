@@ -1,6 +1,6 @@
 """Per-frame speed of a checkpoint: ``python -m voicechat bench --model M [--frames N] [--minutes X] [--json out.json]``.
 
-Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.testing``):
+Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.random_checkpoint``):
 
 * load time, the prompt prefill (one call) and the session's setup (prefill, TTS warm-up, TTS over the prompt);
 * the offline loop (``generate`` on ``--frames`` x 80 ms of input): per 80 ms frame mean / p50 / p95 / p99 / max,
@@ -59,15 +59,15 @@ def bench_input(frames: int, rate: int = RATE) -> np.ndarray:
 def speech_script(model, prompt_frames: int):
     """The text channel of the ``speech`` workload: after the prompt, a new subword id of the paragraph every
     ``WORDS_EVERY`` frames (the paragraph again when it runs out), pad between; the function channel as the model
-    says. -> script(t, text_id, function_id) for the session's seam."""
+    says. -> script(t) -> (text_id, None) for the session's seam."""
     ids = model.tokenizer.encode(PARAGRAPH)
     pad = model.config.pad_id
 
-    def script(t: int, text_id: int, function_id: int) -> tuple[int, int]:
+    def script(t: int) -> tuple[int, None]:
         k = t - prompt_frames
         if k < 0 or k % WORDS_EVERY:
-            return pad, function_id
-        return ids[(k // WORDS_EVERY) % len(ids)], function_id
+            return pad, None
+        return ids[(k // WORDS_EVERY) % len(ids)], None
 
     return script
 
@@ -174,12 +174,14 @@ def run(model_spec: str, frames: int, runs: int, minutes: float, workload: str) 
 
     mx.reset_peak_memory()
     t0 = time.perf_counter()
-    model = load(model_spec)
+    model = load(model_spec)  # on a GPU this includes warming the compiled functions up (Model.warm_up)
     load_s = time.perf_counter() - t0
     weights_gb = mx.get_active_memory() / 1e9
+    load_peak_gb = peak_memory_gb()
+    mx.reset_peak_memory()
     x = bench_input(frames)
     out = {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
-           "workload": workload, "load_s": load_s, "weights_gb": weights_gb}
+           "workload": workload, "load_s": load_s, "weights_gb": weights_gb, "load_peak_gb": load_peak_gb}
     out["offline"] = offline(model, x, runs, workload)
     live(model, bench_input(8), workload)  # warm-up of the session's shapes
     out["session"] = live(model, x, workload)
@@ -195,7 +197,7 @@ def run(model_spec: str, frames: int, runs: int, minutes: float, workload: str) 
 def print_table(r: dict) -> None:
     print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  BLAS {r['blas']}  workload {r['workload']}")
     o, s = r["offline"], r["session"]
-    print(f"load {r['load_s']:.2f} s ({r['weights_gb']:.2f} GB)   prompt prefill ({o['prompt_frames']} positions, one "
+    print(f"load {r['load_s']:.2f} s ({r['weights_gb']:.2f} GB, peak {r['load_peak_gb']:.2f} GB)   prompt prefill ({o['prompt_frames']} positions, one "
           f"call) {o['prompt_prefill_ms']:.1f} ms   session setup {s['setup_s'] * 1e3:.0f} ms   "
           f"offline timeline {o['timeline_frames']} frames")
     print(f"{'per 80 ms frame, ms':34s} {'mean':>8s} {'p50':>8s} {'p95':>8s} {'p99':>8s} {'max':>8s}")
@@ -216,7 +218,7 @@ def print_table(r: dict) -> None:
               + ", ".join(f"{m:g} min {g:.2f} GB" for m, g in mem["per_minute"]))
     ops = r["ops_per_frame"]
     print("graph nodes per frame: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
-    print(f"peak memory {r['peak_memory_gb']:.2f} GB")
+    print(f"peak memory after load (conversations) {r['peak_memory_gb']:.2f} GB")
 
 
 def main(args=None) -> int:

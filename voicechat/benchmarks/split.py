@@ -2,9 +2,10 @@
 
     python -m voicechat.benchmarks.split --model DIR
 
-For each of the LLM step (with both heads), the TTS backbone step, the MoG code generation and one codec frame it
-prints the median time to build the lazy graph and to evaluate it, with the per-frame functions compiled
-(``VOICECHAT_COMPILE=1``) and not; then the floor of the LLM step: its quantized matmuls alone.
+For each of the streaming perception (one 80 ms frame), the LLM step (with both heads), the TTS backbone step, the
+MoG code generation, one codec frame and the transcript's first joint call it prints the median time to build the
+lazy graph and to evaluate it, with the per-frame functions compiled (``VOICECHAT_COMPILE=1``) and not; then a whole
+session frame (one 80 ms feed); then the floor of the LLM step: its quantized matmuls alone.
 """
 
 from __future__ import annotations
@@ -58,9 +59,23 @@ def main() -> None:
     stt, tts, codec = net.stt_model, net.tts_model.tts_model, net.tts_model.audio_codec
     dtype = stt.embed_tokens.scales.dtype if hasattr(stt.embed_tokens, "scales") else stt.embed_tokens.weight.dtype
     codes = model._warmup_codec_codes(None)
+    from ..session import Session
+    from ..stt.perception import PerceptionStream
+    from .frame import PROMPT, bench_input, speech_script
+
+    x = bench_input(400)
     for mode in ("1", "0"):
         os.environ["VOICECHAT_COMPILE"] = mode
         clear_compiled(net)
+        listener = PerceptionStream(stt.perception)
+        mx.eval(listener.push(x[:1280 * 100]), listener.arrays())  # caches full (70 frames of keys)
+        chunks = iter(range(1280 * 100, len(x), 1280))
+
+        def perceive():
+            i = next(chunks)
+            return [*listener.push(x[i:i + 1280]), *listener.arrays()]
+
+        measure(f"compile={mode} perception, one 80 ms frame", perceive)
         state = lm.LMState(stt, c)
         lm.prefill(stt, c, state, mx.array([[c.bos_id, c.eos_id]]))
         mx.eval(state.arrays)
@@ -83,6 +98,24 @@ def main() -> None:
         histories = codec.decoder.initial_histories(1)
         frame = mx.array(codes[-2:-1][None].astype(np.int32))
         measure(f"compile={mode} codec frame", lambda: list(codec.decode_frame(frame, *histories)))
+        if c.audio.rnnt is not None:
+            enc = mx.random.normal((1, c.audio.encoder.d_model)).astype(dtype)
+            g, _ = stt.rnnt_decoder.predict(None, None)
+            measure(f"compile={mode} transcript: one joint call", lambda: mx.argmax(stt.rnnt_joint(stt.rnnt_joint.enc(enc), g)))
+        session = Session(model, PROMPT, script=speech_script(model, model.prompt_length(PROMPT)))
+        frames = iter(range(0, len(x), 1280))
+
+        def session_frame():
+            i = next(frames)
+            t0 = time.perf_counter()
+            session.feed(x[i:i + 1280], 16000)
+            return time.perf_counter() - t0
+
+        for _ in range(10):
+            session_frame()
+        walls = [session_frame() for _ in range(ROWS)]
+        print(f"{'compile=' + mode + ' session frame (80 ms feed)':44s} wall {1e3 * statistics.median(walls):7.2f} ms "
+              f"(p95 {1e3 * sorted(walls)[int(0.95 * (len(walls) - 1))]:.2f})", flush=True)
     quantized = [m for _, m in stt.llm.named_modules() if hasattr(m, "scales")]
     if quantized:
         inputs = {}

@@ -16,12 +16,13 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
 from ..config import EncoderConfig
 from ..errors import ConfigError
+from ..layers import CausalDepthwiseConv
 
 SUBSAMPLING_KERNEL = 3
 SUBSAMPLING_STRIDE = 2
@@ -168,11 +169,15 @@ class AttentionContext:
         return self.block + self.left + self.right
 
 
-def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start: int = 0,
-                      history: int = 0) -> AttentionContext:
-    """The context of ``length`` new frames from absolute position ``start`` (``history`` cached frames before
-    them); ``lengths`` [B] are the valid lengths, absolute."""
-    left, right = context_reach(cfg, start + length)
+def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start=0, history: int = 0,
+                      left: Optional[int] = None) -> AttentionContext:
+    """The context of ``length`` new frames from absolute position ``start`` (an int, or a scalar array in a compiled
+    stream step) with ``history`` cached frames before them; ``lengths`` [B] are the valid lengths, absolute. A
+    stream passes its fixed ``left`` reach (its cache holds that many frames, zeros before the first, all masked)."""
+    if left is None:
+        left, right = context_reach(cfg, start + length)
+    else:
+        right = 0
     block = max(1, min(QUERY_BLOCK, length))
     blocks = -(-length // block)
     span = block + left + right
@@ -189,19 +194,24 @@ def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start:
 
 
 def key_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """The keys (or values) each query block can reach, zeros where nothing was cached or computed.
-    [B, history + T, H, dk] -> [B, H, n, span, dk]"""
-    t = x.shape[1] - ctx.history
-    padded = mx.pad(x, [(0, 0), (ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right), (0, 0), (0, 0)])
-    index = mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]
-    return padded[:, index].transpose(0, 3, 1, 2, 4)
+    """The keys (or values) each query block can reach, zeros where nothing was cached or computed; blocks folded
+    into the batch. [B, history + T, H, dk] -> [B * n, H, span, dk]"""
+    b, length, h, dk = x.shape
+    t = length - ctx.history
+    left, right = ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right
+    if left or right:
+        x = mx.pad(x, [(0, 0), (left, right), (0, 0), (0, 0)])
+    if ctx.blocks > 1:  # one block reaches every key: no gather
+        x = x[:, mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]]
+    return x.reshape(b, ctx.blocks, ctx.span, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.span, dk)
 
 
 def query_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
-    """[B, T, H, dk] -> [B, H, n, block, dk] (the last block zero-padded)."""
+    """[B, T, H, dk] -> [B * n, H, block, dk] (the last block zero-padded)."""
     b, t, h, dk = x.shape
-    padded = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
-    return padded.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 3, 1, 2, 4)
+    if ctx.blocks * ctx.block > t:
+        x = mx.pad(x, [(0, 0), (0, ctx.blocks * ctx.block - t), (0, 0), (0, 0)])
+    return x.reshape(b, ctx.blocks, ctx.block, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.block, dk)
 
 
 def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
@@ -209,6 +219,8 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
     out[..., a, c] = by_distance[..., a, c - a] for 0 <= c - a < width, else 0. It is NeMo's ``rel_shift`` (pad,
     reshape, drop) applied to a band: [..., block, width] -> [..., block, span]."""
     *lead, block, width = by_distance.shape
+    if block == 1 and width == span:  # one query: its distance slots are its key columns
+        return by_distance
     padded = mx.pad(by_distance, [(0, 0)] * len(lead) + [(0, 0), (0, span + 1 - width)])
     flat = padded.reshape(*lead, block * (span + 1))[..., : block * span]
     return flat.reshape(*lead, block, span)
@@ -217,16 +229,18 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
 def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p: mx.array,
                        ctx: AttentionContext) -> mx.array:
     """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
-    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4).
+    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4). Computed as scaled
+    dot-product attention of each query block over its key band, the position scores and the mask as its additive
+    bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
     q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
     b, t, h, dk = q_u.shape
-    content = query_blocks(q_u, ctx) @ key_blocks(k, ctx).swapaxes(-1, -2)  # [B, H, n, block, span]
-    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)[None, :, None]  # [B, H, n, block, W]
-    scores = (content + skew_to_keys(position, ctx.span)) / math.sqrt(dk)
-    scores = mx.where(ctx.allowed, scores, MASKED_SCORE)
-    probs = mx.where(ctx.allowed, mx.softmax(scores, axis=-1), 0.0)
-    out = probs @ key_blocks(v, ctx)  # [B, H, n, block, dk]
-    return out.transpose(0, 2, 3, 1, 4).reshape(b, ctx.blocks * ctx.block, h * dk)[:, :t]
+    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)  # [B n, H, block, W]
+    allowed = ctx.allowed.reshape(b * ctx.blocks, 1, ctx.block, ctx.span)
+    bias = mx.where(allowed, skew_to_keys(position, ctx.span) / math.sqrt(dk), MASKED_SCORE)
+    out = mx.fast.scaled_dot_product_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
+                                               scale=1 / math.sqrt(dk), mask=bias.astype(q_u.dtype))
+    out = out.reshape(b, ctx.blocks, h, ctx.block, dk).transpose(0, 1, 3, 2, 4).reshape(b, -1, h * dk)[:, :t]
+    return mx.where(ctx.valid, out, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -244,23 +258,30 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.linear_pos = nn.Linear(d, d, bias=False)
         self.pos_bias_u = mx.zeros((h, d // h))
         self.pos_bias_v = mx.zeros((h, d // h))
+        self._fused = compute.Fused()
+
+    def prepare(self) -> list[mx.array]:
+        return self._fused.prepare([self.linear_q, self.linear_k, self.linear_v])
 
     def split_heads(self, y: mx.array) -> mx.array:
         """[..., D] -> [..., H, D / H]"""
         return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
 
+    def position_keys(self, pos_emb: mx.array) -> mx.array:
+        """``linear_pos`` of the relative-position encodings [W, d] -> [W, H, dk] (a stream computes it once)."""
+        return self.split_heads(self.linear_pos(pos_emb))
+
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
-        """[B, T, D] -> [B, T, D]. With a stream's ``cache``, the cached keys and values come first (``ctx.history``
-        of them) and the last ``left`` of the new ones replace them."""
-        q = self.split_heads(self.linear_q(x))
-        k = self.split_heads(self.linear_k(x))
-        v = self.split_heads(self.linear_v(x))
-        if cache is not None:
-            if cache.keys is not None:
-                k, v = mx.concatenate([cache.keys, k], axis=1), mx.concatenate([cache.values, v], axis=1)
-            keep = max(0, k.shape[1] - cache.keep)
-            cache.keys, cache.values = k[:, keep:], v[:, keep:]
-        p = self.split_heads(self.linear_pos(ctx.pos_emb))  # [W, H, dk]
+        """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
+        and the last ones (as many as it holds) replace them."""
+        q, k, v = (self.split_heads(y) for y in self._fused.project(x, [self.linear_q, self.linear_k, self.linear_v]))
+        if cache is None:
+            p = self.position_keys(ctx.pos_emb)
+        else:
+            keep = cache.keys.shape[1]
+            k, v = mx.concatenate([cache.keys, k], axis=1), mx.concatenate([cache.values, v], axis=1)
+            cache.keys, cache.values = k[:, k.shape[1] - keep:], v[:, v.shape[1] - keep:]
+            p = cache.positions
         return self.linear_out(relative_attention(q + self.pos_bias_u, q + self.pos_bias_v, k, v, p, ctx))
 
 
@@ -308,7 +329,7 @@ class ConformerConvolution(nn.Module):
         d = cfg.d_model
         self.kernel_size = cfg.conv_kernel_size
         self.pointwise_conv1 = nn.Linear(d, 2 * d, bias=cfg.use_bias)
-        self.depthwise_conv = nn.Conv1d(d, d, cfg.conv_kernel_size, groups=d, bias=cfg.use_bias)
+        self.depthwise_conv = CausalDepthwiseConv(d, cfg.conv_kernel_size, bias=cfg.use_bias)
         self.batch_norm = conv_norm(cfg)
         self.pointwise_conv2 = nn.Linear(d, d, bias=cfg.use_bias)
 
@@ -369,6 +390,7 @@ class ConformerEncoder(nn.Module):
         self.cfg = cfg
         self.pre_encode = ConvSubsampling(cfg)
         self.layers = [ConformerLayer(cfg) for _ in range(cfg.n_layers)]
+        self._compiled = compute.CompiledFunctions()
 
     def __call__(self, features: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
         # [B, T, F], [B] -> [B, T', D], [B]
@@ -381,6 +403,44 @@ class ConformerEncoder(nn.Module):
 
     def context(self, length: int, lengths: mx.array) -> AttentionContext:
         return attention_context(self.cfg, length, lengths)
+
+    def stream_reach(self) -> int:
+        """Frames of keys a query can reach back (70 in the release): what a stream's caches hold."""
+        return context_reach(self.cfg, 1 << 30)[0]
+
+    def stream_state(self, dtype: mx.Dtype) -> list[mx.array]:
+        """A new stream's caches, per layer [keys, values, conv inputs]: all zeros (masked, as NeMo's left padding)."""
+        cfg = self.cfg
+        heads = cfg.n_heads
+        kv = mx.zeros((1, self.stream_reach(), heads, cfg.d_model // heads), dtype)
+        conv = mx.zeros((1, cfg.conv_kernel_size - 1, cfg.d_model), dtype)
+        return [a for _ in self.layers for a in (kv, kv, conv)]
+
+    def stream_positions(self) -> list[mx.array]:
+        """Each layer's position keys for a stream's reach: constants of the model, computed once."""
+        if not hasattr(self, "_positions"):
+            left = self.stream_reach()
+            pos_emb = relative_positional_encoding(mx.arange(left, -1, -1), self.cfg.d_model)
+            self._positions = Constants([layer.self_attn.position_keys(pos_emb) for layer in self.layers])
+        return self._positions.arrays
+
+    def stream_layers(self, x: mx.array, start: mx.array, valid: mx.array, *state: mx.array) -> tuple:
+        """The conformer layers over a stream's new frames x [1, T, D] from absolute position ``start`` (valid
+        length ``valid`` [1]) with its caches ``state`` -> (out [1, T, D], the new caches)."""
+        left = self.stream_reach()
+        ctx = attention_context(self.cfg, x.shape[1], valid, start=start, history=left, left=left)
+        x = self.scale_input(x)
+        out = []
+        for n, (layer, positions) in enumerate(zip(self.layers, self.stream_positions())):
+            cache = LayerCache(*state[3 * n:3 * n + 3], positions)
+            x = layer(x, ctx, cache)
+            out += [cache.keys, cache.values, cache.conv]
+        return (x, *out)
+
+    def compiled_stream_layers(self):
+        """:meth:`stream_layers` for one new frame, compiled where that pays (fixed shapes)."""
+        mx.eval(self.stream_positions())
+        return self._compiled.get("stream", self.stream_layers)
 
     def layer_outputs(self, x: mx.array, lengths: mx.array) -> list[mx.array]:
         """Output of every conformer layer for the ``pre_encode`` output ``x`` [B, T', D]."""
@@ -396,6 +456,14 @@ class ConformerEncoder(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 # streaming: the same layers over frames that arrive in pieces (causal configurations only)
 # ----------------------------------------------------------------------------------------------------------------
+class Constants:
+    """Arrays a model derives once and keeps outside its parameter tree (a plain holder: modules store arrays in
+    attributes as parameters)."""
+
+    def __init__(self, arrays: list[mx.array]):
+        self.arrays = arrays
+
+
 def check_streamable(cfg: EncoderConfig) -> None:
     """A stream needs every frame to depend on earlier input only: causal subsampling and no right attention
     context (the release: ``causal_downsampling``, chunked_limited [70, 0], causal convs; SPEC §2.2)."""
@@ -424,66 +492,91 @@ class SubsamplingStream:
     def __init__(self, sub: ConvSubsampling):
         self.sub = sub
         self.left, self.right = subsampling_padding(sub.causal)
-        self.carry: dict[int, mx.array] = {}  # strided layer -> input rows not yet consumed
-        self.emitted: dict[int, int] = {}  # strided layer -> output rows so far
+        self.carries: list = [None] * sum(1 for layer in sub.conv if is_strided(layer))  # rows not yet consumed
+        self.emitted = [0] * len(self.carries)  # output rows so far, per strided layer
         self.rows = 0  # mel rows so far
 
     def push(self, mel: mx.array, end: Optional[int] = None) -> mx.array:
         """mel rows [n, F]; ``end``: the valid mel length once the input has ended -> encoder-input frames [1, m, D]."""
-        x, start, length = mel[None, :, :, None], self.rows, end
+        x, self.carries, counts = self.rows_of(mel, self.carries, final=end is not None,
+                                               starts=(self.rows, *self.emitted), end=end)
         self.rows += mel.shape[0]
+        self.emitted = [e + c for e, c in zip(self.emitted, counts)]
+        return x
+
+    def advance(self, rows: int, carries: list) -> None:
+        """A steady frame went through :meth:`rows_of` outside (compiled): take its carries, count its rows (each
+        stride-2 layer with its one carried row halves them)."""
+        self.rows += rows
+        for n in range(len(self.emitted)):
+            rows //= SUBSAMPLING_STRIDE
+            self.emitted[n] += rows
+        self.carries = list(carries)
+
+    def rows_of(self, mel: mx.array, carries: list, final: bool = False, starts=None,
+                end: Optional[int] = None) -> tuple[mx.array, list, list]:
+        """The conv stack over new mel rows [n, F] given the strided layers' ``carries`` (None: the left padding),
+        pure: -> (encoder-input frames [1, m, D], new carries, output rows per strided layer). With ``final`` the
+        right padding comes in, and rows from ``starts`` (absolute index of the first row into each layer) at or past
+        their valid length (from ``end``) are zeroed."""
+        x, length = mel[None, :, :, None], end
+        start = starts[0] if starts else 0
         x = zero_rows_from(x, start, length)
-        for i, layer in enumerate(self.sub.conv):
+        new_carries, counts, n = [], [], 0
+        for layer in self.sub.conv:
             if is_strided(layer):
-                x, start = self._strided(i, layer, x, final=end is not None)
+                x, held = self._strided(layer, carries[n], x, final)
+                new_carries.append(held)
+                counts.append(x.shape[1])
+                n += 1
+                start = starts[n] if starts else 0
                 length = None if length is None else strided_length(length, self.sub.causal)
             elif x.shape[1]:
                 x = layer(x)
             x = zero_rows_from(x, start, length)
         b, t, f, c = x.shape
-        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+        return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f)), new_carries, counts
 
-    def _strided(self, i: int, layer: nn.Module, x: mx.array, final: bool) -> tuple[mx.array, int]:
-        """New input rows -> (new output rows, absolute index of the first)."""
+    def _strided(self, layer: nn.Module, held: Optional[mx.array], x: mx.array,
+                 final: bool) -> tuple[mx.array, mx.array]:
+        """New input rows -> (the output rows they complete, the input rows still needed)."""
         k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
-        held = self.carry.get(i)
         if held is None:
             held = mx.zeros((1, self.left, *x.shape[2:]), x.dtype)
         rows = mx.concatenate([held, x.astype(held.dtype)], axis=1)
         if final:
             rows = mx.concatenate([rows, mx.zeros((1, self.right, *rows.shape[2:]), rows.dtype)], axis=1)
         count = (rows.shape[1] - k) // s + 1 if rows.shape[1] >= k else 0
-        start = self.emitted.get(i, 0)
-        self.emitted[i] = start + count
-        self.carry[i] = rows[:, count * s:]
+        held = rows[:, count * s:]
         if count == 0:
-            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), start
+            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), held
         used = rows[:, :(count - 1) * s + k]
-        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), start
+        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), held
 
 
 @dataclass
 class LayerCache:
-    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames (None before the
-    first) and the last kernel - 1 inputs of the depthwise conv (None: zeros)."""
+    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames (zeros before the
+    first frame, masked), the last kernel - 1 inputs of the depthwise conv (zeros at first), and the layer's
+    position keys for the stream's reach."""
 
-    keep: int
-    keys: Optional[mx.array] = None
-    values: Optional[mx.array] = None
-    conv: Optional[mx.array] = None
+    keys: mx.array
+    values: mx.array
+    conv: mx.array
+    positions: mx.array
 
 
 class EncoderStream:
     """The encoder over mel rows that arrive in pieces: frame k comes out once mel column 8k is in. Pushing the
     pieces of a recording, the last one with its end, gives the frames :meth:`ConformerEncoder.__call__` gives for
-    the whole (same math; float rounding differs with the batch shapes)."""
+    the whole (same math; float rounding differs with the batch shapes). One new frame at a time runs as one
+    compiled function of fixed shapes (the caches always hold ``left`` frames)."""
 
     def __init__(self, encoder: ConformerEncoder):
         check_streamable(encoder.cfg)
         self.encoder = encoder
         self.subsampling = SubsamplingStream(encoder.pre_encode)
-        reach = context_reach(encoder.cfg, 1 << 30)[0]  # frames of keys a query can reach back
-        self.caches = [LayerCache(reach) for _ in encoder.layers]
+        self.state: Optional[list[mx.array]] = None  # per layer: keys, values, conv inputs
         self.frames = 0  # encoder frames so far
         self.valid: Optional[int] = None  # valid encoder frames, once the input has ended
 
@@ -498,18 +591,19 @@ class EncoderStream:
         count = x.shape[1]
         if count == 0:
             return x[0]
-        history = 0 if self.caches[0].keys is None else self.caches[0].keys.shape[1]
+        if self.state is None:
+            self.state = self.encoder.stream_state(x.dtype)
         valid = self.frames + count if self.valid is None else self.valid
-        ctx = attention_context(cfg, count, mx.array([valid]), start=self.frames, history=history)
-        x = self.encoder.scale_input(x)
-        for layer, cache in zip(self.encoder.layers, self.caches):
-            if cache.conv is None:
-                cache.conv = mx.zeros((1, cfg.conv_kernel_size - 1, x.shape[-1]), x.dtype)
-            x = layer(x, ctx, cache)
+        layers = self.encoder.stream_layers if count > 1 else self.encoder.compiled_stream_layers()
+        x, *self.state = layers(x, mx.array(self.frames), mx.array([valid]), *self.state)
         self.frames += count
         return x[0]
 
+    def advance(self, frames: int, state: list) -> None:
+        """Frames computed outside (a compiled steady frame): take the new caches."""
+        self.frames += frames
+        self.state = list(state)
+
     def arrays(self) -> list[mx.array]:
         """The stream's state (to evaluate with its output)."""
-        held = [c for c in self.subsampling.carry.values()]
-        return held + [a for c in self.caches for a in (c.keys, c.values, c.conv) if a is not None]
+        return [c for c in self.subsampling.carries if c is not None] + (self.state or [])

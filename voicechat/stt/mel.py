@@ -166,12 +166,17 @@ class MelStream:
 
     def push(self, samples: np.ndarray) -> mx.array:
         """New samples (16 kHz float32) -> the columns they complete [n, F] (n may be 0)."""
+        return self.columns(*self.take(samples))
+
+    def take(self, samples: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+        """Keep new samples; what the columns they complete are made from: (raw samples, absolute index of the
+        first, count of columns, end of the signal). :meth:`columns` turns that into the columns."""
         if self.finished:
             raise RuntimeError("this mel stream was finished")
         self.kept = np.concatenate([self.kept, np.asarray(samples, np.float32)])
         self.total += len(samples)
         ready = (self.total - self.n_fft // 2) // self.hop + 1  # columns whose frame ends at or before `total`
-        return self._columns(max(0, ready - self.next_column), self.total)
+        return self._take(max(0, ready - self.next_column))
 
     def finish(self) -> mx.array:
         """The remaining columns of the signal as it stands [n, F]: those inside the valid length from the samples
@@ -182,31 +187,37 @@ class MelStream:
         tensor = 1 + self.total // self.hop
         if cfg.pad_to > 0:
             tensor += -tensor % cfg.pad_to
-        columns = self._columns(max(0, valid - self.next_column), self.total)
+        columns = self.columns(*self._take(max(0, valid - self.next_column)))
         pads = tensor - self.next_column
         return mx.concatenate([columns, mx.full((pads, cfg.features), cfg.pad_value, columns.dtype)])
 
-    def _columns(self, count: int, end: int) -> mx.array:
-        """The next ``count`` columns from the samples before absolute index ``end`` (zero after it)."""
+    def columns(self, raw, first, count: int, end) -> mx.array:
+        """``count`` columns from raw samples [N] (absolute index ``first - 1`` on: one more on the left for the
+        pre-emphasis) of a signal that ends at ``end`` (the pre-emphasized samples at and past it are 0).
+        ``first`` and ``end`` may be arrays (inside a compiled function). -> [count, F]"""
         cfg = self.featurizer.cfg
         if count == 0:
             return mx.zeros((0, cfg.features))
+        raw = mx.array(raw)
+        emphasized = raw[1:] - cfg.preemph * raw[:-1]  # x[-1] reads as 0, so x'[0] = x[0]
+        position = first + mx.arange(emphasized.shape[0])
+        emphasized = mx.where((position >= 0) & (position < end), emphasized, 0.0)
+        return self.featurizer.log_mel(stft_frames(emphasized[None], count, self.n_fft, self.hop))[0]
+
+    def _take(self, count: int) -> tuple[np.ndarray, int, int, int]:
+        """The raw samples of the next ``count`` columns; forget what no later column reads."""
         first = self.next_column * self.hop - self.n_fft // 2  # absolute index of the first sample of the frames
         last = (self.next_column + count - 1) * self.hop + self.n_fft // 2
-        raw = self._raw(first - 1, last)  # one sample more on the left for the pre-emphasis
-        emphasized = raw[1:] - cfg.preemph * raw[:-1]  # x[-1] reads as 0, so x'[0] = x[0]
-        position = mx.arange(first, last)
-        emphasized = mx.where((position >= 0) & (position < end), emphasized, 0.0)
-        features = self.featurizer.log_mel(stft_frames(emphasized[None], count, self.n_fft, self.hop))[0]
+        raw = self._raw(first - 1, last) if count else np.zeros(0, np.float32)
         self.next_column += count
         drop = min(len(self.kept), max(0, self.next_column * self.hop - self.n_fft // 2 - 1 - self.kept_from))
-        self.kept, self.kept_from = self.kept[drop:], self.kept_from + drop  # what no later column reads
-        return features
+        self.kept, self.kept_from = self.kept[drop:], self.kept_from + drop
+        return raw, first, count, self.total
 
-    def _raw(self, first: int, last: int) -> mx.array:
+    def _raw(self, first: int, last: int) -> np.ndarray:
         """Raw samples [first, last) as float32, zero outside what was received."""
         lo, hi = max(first, self.kept_from), min(last, self.total)
         out = np.zeros(last - first, np.float32)
         if hi > lo:
             out[lo - first:hi - first] = self.kept[lo - self.kept_from:hi - self.kept_from]
-        return mx.array(out)
+        return out

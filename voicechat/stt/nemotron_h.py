@@ -19,9 +19,9 @@ from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..cache import KVCache
 from ..config import LLMConfig
-
-KV_GROWTH = 256  # positions added to an attention cache's buffers when they fill up
+from ..layers import CausalDepthwiseConv
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -33,43 +33,6 @@ class MambaCache:
     def __init__(self):
         self.conv: Optional[mx.array] = None
         self.ssm: Optional[mx.array] = None
-
-
-class KVCache:
-    """Keys and values [B, kv_heads, T, head_dim] in buffers that grow by ``KV_GROWTH`` positions."""
-
-    def __init__(self):
-        self.keys: Optional[mx.array] = None
-        self.values: Optional[mx.array] = None
-        self.length = 0
-
-    def append(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        # [B, kv, L, D] x2 -> the whole history [B, kv, T, D] x2
-        n = keys.shape[2]
-        if self.keys is None or self.length + n > self.keys.shape[2]:
-            self._grow(keys, values, KV_GROWTH * math.ceil(n / KV_GROWTH))
-        end = self.length + n
-        self.keys[:, :, self.length:end] = keys
-        self.values[:, :, self.length:end] = values
-        self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def reserve_step(self, like: mx.array) -> tuple[int, int]:
-        """Room for one more position of keys shaped like ``like`` [B, kv, 1, D]: (its slot, the positions its query
-        sees)."""
-        if self.keys is None or self.length + 1 > self.keys.shape[2]:
-            self._grow(like, like, KV_GROWTH)
-        return self.length, self.length + 1
-
-    def _grow(self, keys: mx.array, values: mx.array, extra: int) -> None:
-        b, h, _, d = keys.shape
-        more_k = mx.zeros((b, h, extra, d), keys.dtype)
-        more_v = mx.zeros((b, h, extra, d), values.dtype)
-        if self.keys is None:
-            self.keys, self.values = more_k, more_v
-        else:
-            self.keys = mx.concatenate([self.keys[:, :, : self.length], more_k], axis=2)
-            self.values = mx.concatenate([self.values[:, :, : self.length], more_v], axis=2)
 
 
 class LLMCache:
@@ -203,26 +166,6 @@ def ssd_scan(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, c
 # ----------------------------------------------------------------------------------------------------------------
 # mixers
 # ----------------------------------------------------------------------------------------------------------------
-class CausalDepthwiseConv(nn.Module):
-    """``mixer.conv1d``: one K-tap kernel per channel over [x, B, C]; weight [C, K, 1] (the loader swaps torch's
-    [C, 1, K]). Computed as a weighted sum over an unfolded window: mlx's grouped conv1d is ~10x slower on CPU here."""
-
-    def __init__(self, channels: int, kernel: int, bias: bool):
-        super().__init__()
-        scale = kernel**-0.5
-        self.weight = mx.random.uniform(-scale, scale, (channels, kernel, 1))
-        if bias:
-            self.bias = mx.random.uniform(-scale, scale, (channels,))
-
-    def __call__(self, window: mx.array) -> mx.array:
-        # [B, K-1+L, C] -> [B, L, C]; window[:, l:l+K] feeds output l
-        b, t, c = window.shape
-        k = self.weight.shape[1]
-        taps = mx.as_strided(window, (b, t - k + 1, c, k), (t * c, c, 1, c))  # taps[b, l, c, i] = window[b, l+i, c]
-        out = (taps * self.weight.reshape(c, k)).sum(-1)
-        return out + self.bias if "bias" in self else out
-
-
 class Mamba2Mixer(nn.Module):
     """``layers.N.mixer`` for pattern letter M (SPEC §2.4)."""
 
@@ -297,9 +240,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).reshape(bt, length, self.heads, self.head_dim).transpose(0, 2, 1, 3)
         k = self.k_proj(x).reshape(bt, length, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(bt, length, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
-        k, v = cache.append(k, v)
-        # "causal" aligns the L queries with the last L keys, i.e. after the cached history
-        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask="causal" if length > 1 else None)
+        k, v, mask = cache.update_and_fetch(k, v)  # "causal": the L queries come after the cached history
+        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return self.o_proj(o.transpose(0, 2, 1, 3).reshape(bt, length, -1))
 
 
@@ -374,7 +316,7 @@ class NemotronH(nn.Module):
 
     def decode(self, x: mx.array, cache: LLMCache) -> mx.array:
         """One position: the whole stack as one compiled function over fixed-shape state (Mamba conv and SSM states;
-        attention key/value buffers that grow by KV_GROWTH positions, so it is traced again only then), its
+        attention key/value buffers that grow by doubling, so it is traced again only then), its
         elementwise work fused. [B, 1, hidden] -> [B, 1, hidden] before norm_f"""
         states, steps = [], []
         for c in cache.layers:
@@ -385,14 +327,26 @@ class NemotronH(nn.Module):
                                                      x.dtype)))
                 states += [c.keys, c.values]
         slots, counts = (mx.array(v) for v in zip(*steps)) if steps else (mx.zeros((0,), mx.int32),) * 2
-        x, *states = self._compiled.get("decode", self.run_decode, [self])(x, slots, counts, *states)
+        x, *states = self._compiled.get("decode", self.run_decode)(x, slots, counts, *states)
         for c in cache.layers:
             if isinstance(c, MambaCache):
                 (c.conv, c.ssm), states = states[:2], states[2:]
             elif isinstance(c, KVCache):
                 (c.keys, c.values), states = states[:2], states[2:]
-                c.length += 1
+                c.offset += 1
         return x
+
+    def warm_up(self, capacities: list[int]) -> None:
+        """One decode step at each attention-cache capacity (zero state, evaluated): traced and compiled ahead."""
+        dtype = compute.speech_dtype()
+        x = mx.zeros((1, 1, self.cfg.hidden_size), dtype)
+        for capacity in capacities:
+            cache = self.make_cache()
+            for c in cache.layers:
+                if isinstance(c, KVCache):
+                    c.keys = c.values = mx.zeros((1, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
+                    c.offset = capacity - 1
+            mx.eval(self.decode(x, cache), cache.state)
 
     def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:
         """A Mamba layer's [conv, ssm] state, zeros before the first position."""

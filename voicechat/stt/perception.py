@@ -10,17 +10,13 @@ from typing import Optional
 
 import numpy as np
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
 from ..config import AudioConfig
-from .fastconformer import ConformerEncoder, EncoderStream, subsampled_length
+from .fastconformer import ConformerEncoder, EncoderStream, SubsamplingStream, subsampled_length
 from .mel import MelStream, Preprocessor, valid_frames
-
-# The featurizer buffers are derived from the config, so a checkpoint may leave them out
-# (``load_into(..., optional=DERIVED_BUFFERS)``).
-DERIVED_BUFFERS = (r"preprocessor\.featurizer\.(window|fb)$",)
 
 
 class Perception(nn.Module):
@@ -29,6 +25,7 @@ class Perception(nn.Module):
         self.preprocessor = Preprocessor(cfg.preprocessor)
         self.encoder = ConformerEncoder(cfg.encoder)
         self.proj = nn.Linear(cfg.encoder.d_model, cfg.output_dim)
+        self._compiled = compute.CompiledFunctions()
 
     def __call__(self, audio: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """audio [B, N] float32 at 16 kHz, lengths [B] -> (projected [B, T, output_dim], valid lengths [B],
@@ -37,6 +34,20 @@ class Perception(nn.Module):
         features, feature_lengths = self.preprocessor(audio, lengths)
         encoded, lengths = self.encoder(features, feature_lengths)
         return self.proj(encoded), lengths, encoded
+
+    def stream_frame(self):
+        """One steady 80 ms frame of a stream as one function of arrays (compiled where that pays): (raw samples,
+        absolute index of the first, end of the signal, frame index, valid length, subsampling carries..., layer
+        caches...) -> (projected [1, output_dim], encoded [1, d_model], new carries..., new caches...)."""
+        return self._compiled.get("stream frame", self._stream_frame)
+
+    def _stream_frame(self, raw, first, end, start, valid, *state):
+        mel, sub = MelStream(self.preprocessor.featurizer), SubsamplingStream(self.encoder.pre_encode)
+        carries, caches = list(state[:len(sub.carries)]), state[len(sub.carries):]
+        columns = mel.columns(raw, first, self.encoder.cfg.subsampling_factor, end)
+        x, carries, _ = sub.rows_of(columns, carries)
+        out, *caches = self.encoder.stream_layers(x, start, valid, *caches)
+        return (self.proj(out[0]), out[0], *carries, *caches)
 
 
 def timeline_frames(cfg: AudioConfig, samples: int) -> int:
@@ -60,8 +71,18 @@ class PerceptionStream:
         self.encoder = EncoderStream(perception.encoder)
 
     def push(self, samples: np.ndarray) -> tuple[mx.array, mx.array]:
-        """[N] float32 -> (projected [n, output_dim], encoder output [n, d_model]) of the frames completed (lazy)."""
-        return self._frames(self.encoder.push(self.mel.push(samples)))
+        """[N] float32 -> (projected [n, output_dim], encoder output [n, d_model]) of the frames completed (lazy).
+        A steady frame (8 new mel columns, every cache in place) runs as one function, compiled on a GPU."""
+        raw, first, count, end = self.mel.take(samples)
+        sub, encoder = self.encoder.subsampling, self.encoder
+        if count != encoder.encoder.cfg.subsampling_factor or encoder.state is None or any(c is None for c in sub.carries):
+            return self._frames(encoder.push(self.mel.columns(raw, first, count, end)))
+        projected, encoded, *state = self.perception.stream_frame()(
+            mx.array(raw), mx.array(first), mx.array(end), mx.array(encoder.frames), mx.array([encoder.frames + 1]),
+            *sub.carries, *encoder.state)
+        sub.advance(count, state[:len(sub.carries)])
+        encoder.advance(1, state[len(sub.carries):])
+        return projected, encoded
 
     def finish(self) -> tuple[mx.array, mx.array]:
         """The frames that the end of the input completes (zero, one or two, with NeMo's padding at the end)."""

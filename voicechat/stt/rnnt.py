@@ -135,21 +135,30 @@ class RNNTGreedy:
     def new_state(self) -> RNNTState:
         return RNNTState()
 
-    def decode_frame(self, state: RNNTState, enc_frame: mx.array) -> list[int]:
-        """Consume one encoder frame [1, encoder_hidden]; returns the ids emitted at it (and appends them to
-        ``state.tokens``)."""
+    def first_joint(self, state: RNNTState, enc_frame: mx.array) -> tuple[mx.array, mx.array]:
+        """The frame's joint input and the argmax of its first joint call, lazily (a loop can evaluate them with the
+        rest of its frame): enc_frame [1, encoder_hidden] -> (enc(f) [1, J], id [1])."""
+        if state.prediction is None:
+            state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
         projected = self.joint.enc(enc_frame)
+        return projected, mx.argmax(self.joint(projected, state.prediction[0]), axis=-1)
+
+    def decode_frame(self, state: RNNTState, enc_frame: mx.array,
+                     first: Optional[tuple[mx.array, mx.array]] = None) -> list[int]:
+        """Consume one encoder frame [1, encoder_hidden]; returns the ids emitted at it (and appends them to
+        ``state.tokens``). ``first``: :meth:`first_joint` of this frame for this state, already computed."""
+        projected, token = first if first is not None else self.first_joint(state, enc_frame)
         emitted = []
-        for _ in range(self.max_symbols):
-            if state.prediction is None:
-                state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
-                mx.eval(state.prediction)
-            g, next_lstm_state = state.prediction
-            token = mx.argmax(self.joint(projected, g), axis=-1).item()
+        for n in range(self.max_symbols):
+            if n:
+                if state.prediction is None:
+                    state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
+                token = mx.argmax(self.joint(projected, state.prediction[0]), axis=-1)
+            token = token.item()
             if token == self.blank_id:
                 break
             emitted.append(token)
-            state.last_token, state.lstm_state, state.prediction = token, next_lstm_state, None
+            state.last_token, state.lstm_state, state.prediction = token, state.prediction[1], None
         state.tokens.extend(emitted)
         return emitted
 

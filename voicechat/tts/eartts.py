@@ -8,10 +8,9 @@ schedule (SPEC §2.5.8). The loop (not this module) decides which subword and wh
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 import numpy as np
 
@@ -126,37 +125,6 @@ class GatedProjectedSumRMSNorm(nn.Module):
         return self.final_norm(mx.sigmoid(self.residual_scale) * (g * a + (1.0 - g) * t))
 
 
-class _SquaredNorms:
-    """||E_q[v]||^2 [Q, K] of the codebooks, recomputed only when ``rvq_embs`` is replaced (weights loaded)."""
-
-    def __init__(self):
-        self.source: Optional[mx.array] = None
-        self.value: Optional[mx.array] = None
-
-    def of(self, codebooks: mx.array) -> mx.array:
-        if self.source is not codebooks:
-            self.source, self.value = codebooks, (codebooks * codebooks).sum(axis=-1)
-        return self.value
-
-
-class ConditioningCache:
-    """Per-id conditioning of one step (a function of the subword id and the weights alone), least recently used
-    out first: the char encoder then runs only for ids not seen lately."""
-
-    def __init__(self, size: int = 4096):
-        self.size = size
-        self.items: OrderedDict[int, mx.array] = OrderedDict()
-
-    def get(self, key: int, make) -> mx.array:
-        value = self.items.pop(key, None)
-        if value is None:
-            value = make()
-        self.items[key] = value
-        if len(self.items) > self.size:
-            self.items.popitem(last=False)
-        return value
-
-
 @dataclass
 class TTSState:
     """One session's TTS state: the backbone caches of both CFG rows (positions continue across steps) and its
@@ -194,33 +162,31 @@ class RVQEARTTSModel(nn.Module):
             self.audio_prompt_projection_W = mx.zeros((h, h))
         self.mog_head = MoGHead(cfg.mog, h, latent)
         self.rvq_embs = mx.zeros((cfg.num_quantizers, cfg.codebook_size, latent))
-        self._codebook_norms = _SquaredNorms()
-        self._step_conditions = ConditioningCache()
+        self._codebook_norms = compute.Derived()  # ||E_q[v]||^2 [Q, K] of the codebooks
         self._compiled = compute.CompiledFunctions()
 
     # -- text side ---------------------------------------------------------------------------------------------
     def set_text_vocab(self, vocab: dict[str, int], bos_id: Optional[int], eos_id: Optional[int],
                        fill_flag_tables: bool = False) -> None:
         """Attach the char table of the text tokenizer; with ``fill_flag_tables`` also compute the flag buffers
-        (for checkpoints that do not carry them: load with ``optional=subword.FLAG_TABLE_KEYS``)."""
+        (for checkpoints that do not carry them: load with ``optional=model.DERIVED_KEYS``)."""
         size = self.embed_subword.text_vocab_size
         if fill_flag_tables and len(vocab) != size:
             raise ConfigError(f"the text tokenizer has {len(vocab)} tokens, the TTS flag tables {size}")
-        self.embed_subword.char_table = CharTable.from_vocab(vocab)
-        self._step_conditions = ConditioningCache()  # depends on the loaded weights
+        self.embed_subword.set_char_table(CharTable.from_vocab(vocab))
         if fill_flag_tables:
             tables = flag_tables(vocab, bos_id, eos_id)
             self.embed_subword.update({k: v for k, v in tables.items() if k in self.embed_subword})
 
-    def conditioning(self, subword_ids: np.ndarray, subword_mask: np.ndarray) -> mx.array:
-        """[1, T] host ids and mask -> [2, T, H]: row 0 the subword embeddings (zero when no mask is True: NeMo then
-        skips the encoder and the flags), row 1 ``null_emb`` (SPEC §2.5.3 ``_prepare_conditioning``)."""
+    def conditioning(self, subword_ids, subword_mask: np.ndarray) -> mx.array:
+        """[1, T] ids (host or device) and host mask -> [2, T, H]: row 0 the subword embeddings (zero when no mask is
+        True: NeMo then skips the encoder and the flags), row 1 ``null_emb`` (SPEC §2.5.3 ``_prepare_conditioning``)."""
         h = self.null_emb.shape[0]
         if np.any(subword_mask):
             cond = self.embed_subword(subword_ids, subword_mask)
         else:
-            cond = mx.zeros((*np.shape(subword_ids), h), dtype=self.null_emb.dtype)
-        return mx.concatenate([cond, mx.broadcast_to(self.null_emb, cond.shape)])
+            cond = mx.zeros((*np.shape(subword_mask), h), dtype=self.null_emb.dtype)
+        return mx.concatenate([cond, mx.broadcast_to(self.null_emb, cond.shape).astype(cond.dtype)])
 
     def fuse(self, code_embeds: mx.array, cond: mx.array) -> mx.array:
         """Audio [1, T, H] (shared by both CFG rows) and conditioning [2, T, H] -> backbone input [2, T, H]."""
@@ -264,13 +230,19 @@ class RVQEARTTSModel(nn.Module):
         return state, hidden
 
     # -- one frame ---------------------------------------------------------------------------------------------
-    def step_hidden(self, state: TTSState, prev_code: Union[mx.array, Sequence[int]], subword_id: int) -> mx.array:
-        """SPEC §2.5.6: backbone output [2, 1, H] for one frame from the previous codes [Q] and the current subword."""
-        code = prev_code if isinstance(prev_code, mx.array) else mx.array(np.asarray(prev_code, dtype=np.int32))
-        code_embeds = self.embed_code(depthsum(self.rvq_embs, code.reshape(1, 1, -1)))
-        cond = self._step_conditions.get(
-            int(subword_id), lambda: self.conditioning(np.array([[subword_id]]), np.ones((1, 1), dtype=bool)))
-        return self.backbone(self.fuse(code_embeds, cond), state.caches)
+    def step_hidden(self, state: TTSState, prev_code, subword_id) -> mx.array:
+        """SPEC §2.5.6: backbone output [2, 1, H] for one frame from the previous codes [Q] and the current subword
+        (host values or device arrays: nothing here waits for the host)."""
+        x = self._compiled.get("step inputs", self.step_inputs)(mx.array(prev_code).astype(mx.int32),
+                                                                mx.array(subword_id).astype(mx.int32))
+        return self.backbone(x, state.caches)
+
+    def step_inputs(self, prev_code: mx.array, subword_id: mx.array) -> mx.array:
+        """The backbone input of one step: the previous codes' embedding fused with the subword's conditioning.
+        [Q], [] -> [2, 1, H]"""
+        code_embeds = self.embed_code(depthsum(self.rvq_embs, prev_code.reshape(1, 1, -1)))
+        cond = self.conditioning(subword_id.reshape(1, 1), np.ones((1, 1), dtype=bool))
+        return self.fuse(code_embeds, cond)
 
     def generate_codes(self, hidden: mx.array, noise: NoiseSource, guidance_scale: Optional[float] = None,
                        top_p: Optional[float] = None, top_k: Optional[int] = None,
@@ -287,13 +259,17 @@ class RVQEARTTSModel(nn.Module):
         iterations = sum(1 for k in self.schedule if k > 0)
         gumbels, normals = noise.frame(iterations, self.mog_head.num_predictions, self.rvq_embs.shape[-1])
         generate = self._code_generator(scale, top_p, top_k, noise_scale)
-        return generate(hidden, gumbels, normals, self.rvq_embs, self._codebook_norms.of(self.rvq_embs))
+        return generate(hidden, gumbels, normals, self.rvq_embs, self.codebook_norms())
+
+    def codebook_norms(self) -> mx.array:
+        return self._codebook_norms.of(self.rvq_embs, lambda books: (books * books).sum(axis=-1))
+
+    def prepare(self) -> list[mx.array]:
+        return [self.codebook_norms()]
 
     def _code_generator(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float):
-        """The code generation of one setting, compiled (fixed shapes; its elementwise work fused). The MoG head and
-        the code embedding are implicit inputs, so later weight changes are seen."""
-        return self._compiled.get((scale, top_p, top_k, noise_scale),
-                                  partial(self._codes, scale, top_p, top_k, noise_scale), [self.mog_head, self.embed_code])
+        """The code generation of one setting, compiled (fixed shapes; its elementwise work fused)."""
+        return self._compiled.get((scale, top_p, top_k, noise_scale), partial(self._codes, scale, top_p, top_k, noise_scale))
 
     def _codes(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float,
                hidden: mx.array, gumbels: mx.array, normals: mx.array, codebooks: mx.array,
@@ -317,9 +293,10 @@ class RVQEARTTSModel(nn.Module):
             start += k
         return mx.concatenate(codes).astype(mx.int32)
 
-    def step(self, state: TTSState, prev_code: Union[mx.array, Sequence[int]], subword_id: int,
+    def step(self, state: TTSState, prev_code, subword_id,
              guidance_scale: Optional[float] = None, top_p: Optional[float] = None, top_k: Optional[int] = None,
              noise_scale: Optional[float] = None) -> mx.array:
-        """One 80 ms frame: previous codes [Q] + current subword id -> new codes [Q] (lazy; no host sync inside)."""
+        """One 80 ms frame: previous codes [Q] + current subword id (host or device) -> new codes [Q] (lazy; no host
+        sync inside)."""
         hidden = self.step_hidden(state, prev_code, subword_id)
         return self.generate_codes(hidden, state.noise, guidance_scale, top_p, top_k, noise_scale)

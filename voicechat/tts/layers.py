@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -14,9 +15,17 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = mx.zeros((dim,))
+        self._scale = compute.Derived()
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.fast.rms_norm(x, 1.0 + self.weight, self.eps)
+        return mx.fast.rms_norm(x, self.scale(), self.eps)
+
+    def scale(self) -> mx.array:
+        """1 + weight, computed once per loaded weight (not once per call: a kernel less per norm and frame)."""
+        return self._scale.of(self.weight, lambda w: 1.0 + w)
+
+    def prepare(self) -> list[mx.array]:
+        return [self.scale()]
 
 
 class GatedMLP(nn.Module):
@@ -27,9 +36,14 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self._fused = compute.Fused()
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(nn.gelu_approx(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self._fused.project(x, [self.gate_proj, self.up_proj])
+        return self.down_proj(nn.gelu_approx(gate) * up)
+
+    def prepare(self) -> list[mx.array]:
+        return self._fused.prepare([self.gate_proj, self.up_proj])
 
 
 class MLPLayer(nn.Module):

@@ -27,8 +27,6 @@ from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 CHAR_VOCAB_SIZE = 256  # SPEC §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
 WORD_START_PREFIXES = ("Ġ", "▁", "<")  # SPEC §2.5.3: tokens starting with these are not continuations
-# Buffers NeMo checkpoints carry and some published ones do not; the model fills them with flag_tables().
-FLAG_TABLE_KEYS = (r"\.is_continuation$", r"\.special_flags$", r"\.pad_tensor$")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -67,6 +65,14 @@ class CharTable:
         for row, s in enumerate(seqs):
             ids[row, : len(s)] = s
         return ids, lengths
+
+    def device_table(self, size: int) -> tuple[mx.array, mx.array]:
+        """The whole table on the device, so a subword id computed there is spelled there: char ids
+        [size + 1, longest] (pad = ``num_chars``) and lengths [size + 1]; ids without characters have length 0 and
+        row ``size`` (reached by any id >= size) too."""
+        ids, lengths = self.lookup(range(size + 1))
+        lengths[size] = 0
+        return mx.array(ids), mx.array(lengths)
 
 
 def flag_tables(vocab: dict[str, int], bos_id: Optional[int], eos_id: Optional[int]) -> dict:
@@ -225,20 +231,30 @@ class CharAwareSubwordEncoder(nn.Module):
         mean = total / mx.maximum(lengths, 1)[:, None].astype(hidden.dtype)
         return self.proj_embedding(mean)
 
-    def __call__(self, subword_ids: np.ndarray, subword_mask: np.ndarray) -> mx.array:
-        """Host ids and mask [B, T] (at least one True) -> [B, T, out]: encoded subwords where the mask is True,
-        zero elsewhere, then the flag embeddings at every position."""
+    def __call__(self, subword_ids, subword_mask) -> mx.array:
+        """Ids and mask [B, T] (host or device; at least one True) -> [B, T, out]: encoded subwords where the mask is
+        True, zero elsewhere, then the flag embeddings at every position. The ids are spelled on the device (all
+        subwords padded to the longest token), so an id the LLM computed there needs no trip to the host."""
         if self.char_table is None:
-            raise RuntimeError("CharAwareSubwordEncoder.char_table is not set (CharTable.from_vocab(tokenizer vocab))")
-        ids, mask = np.asarray(subword_ids), np.asarray(subword_mask, dtype=bool)
-        char_ids, lengths = self.char_table.lookup(ids[mask])
-        encoded = self.encode_chars(mx.array(char_ids), mx.array(lengths))  # [N, out]
-        rows = mx.concatenate([mx.zeros((1, encoded.shape[-1]), dtype=encoded.dtype), encoded])
-        which = np.where(mask, np.cumsum(mask).reshape(mask.shape), 0)  # 0 = the zero row, n = n-th selected
-        embeds = rows[mx.array(which.astype(np.int32))]
-        id_array = mx.array(ids.astype(np.int32))
+            raise RuntimeError("CharAwareSubwordEncoder has no char table (set_char_table(CharTable.from_vocab(vocab)))")
+        ids = mx.array(subword_ids).astype(mx.int32)
+        mask = mx.array(subword_mask).astype(mx.bool_)
+        table, lengths = self.spelling()
+        rows = mx.minimum(ids, table.shape[0] - 1).reshape(-1)
+        encoded = self.encode_chars(table[rows], lengths[rows]).reshape(*ids.shape, -1)
+        embeds = mx.where(mask[..., None], encoded, 0.0)
         if "subword_flag_emb" in self:
-            embeds = self.subword_flag_emb(embeds, id_array)
+            embeds = self.subword_flag_emb(embeds, ids)
         if "bos_eos_emb" in self:
-            embeds = self.bos_eos_emb(embeds, id_array)
+            embeds = self.bos_eos_emb(embeds, ids)
         return embeds
+
+    def set_char_table(self, table: CharTable) -> None:
+        """Attach the char table of the text tokenizer, with its device copy (built here, outside any compiled
+        function)."""
+        self.char_table = table
+        self._spelling = table.device_table(self.text_vocab_size)
+        mx.eval(self._spelling)
+
+    def spelling(self) -> tuple[mx.array, mx.array]:
+        return self._spelling

@@ -1,4 +1,6 @@
-"""Random-weight checkpoints in the published layouts, for the tests, the demo app and the benchmarks.
+"""Random-weight checkpoints in the published layouts, for the demo app, the tests and the benchmarks.
+
+    python -m voicechat.random_checkpoint DIR [--layout nested|mlx-4bit|runtime] [--dims tiny|full] [--seed N]
 
     write_checkpoint(dir, layout="nested")    NVIDIA's release layout: nested config.json, one float32 file
     write_checkpoint(dir, layout="mlx-4bit")  the -mlx-4bit family: nested config + mlx_conversion, LLM, embedding
@@ -9,6 +11,9 @@ Tensors use the published key names and PyTorch layouts (conv weights [out, in, 
 2-D convs [out, in, kh, kw], pointwise convs with their k=1 axis). ``dims="tiny"`` (default) is small enough for CI;
 ``dims="full"`` has the release's real shapes (11 B parameters; for benchmarks, not CI). Values are drawn per tensor
 from a seeded generator, so a checkpoint is a function of (dims, seed).
+
+A directory it writes holds the marker file ``MARKER``; it replaces only such a directory (or an empty one), never a
+folder of the user's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -28,17 +34,24 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .config import NANO_9B_V2_CONFIG, parse_nested, with_token_ids
-from .model import VoiceChatModel
+from .model import DERIVED_KEYS, VoiceChatModel, derive_missing
 from .tokenizer import TextTokenizer
-from .tts.subword import flag_tables
+from .tools import Tool, system_prompt
 
 LAYOUTS = ("nested", "mlx-4bit", "runtime")
-SPECIALS = ["<unk>", "<s>", "</s>"] + [f"<SPECIAL_{i}>" for i in range(3, 16)]
+MARKER = ".voicechat-random-checkpoint"  # written into every directory this module makes
+# ids as in NVIDIA's tokenizer, up to the tool-call tokens <SPECIAL_20>..<SPECIAL_22> (docs/tools.md §2)
+SPECIALS = ["<unk>", "<s>", "</s>"] + [f"<SPECIAL_{i}>" for i in range(3, 23)]
 CORPUS = (
     "You are a helpful assistant. Answer in a spoken, conversational style. What is the capital of France? "
     "The capital of France is Paris. Hello, how can I help you today? The weather is sunny and warm. "
     "Please tell me a short story about a dog that found its way home, and then say goodbye. Thank you! "
 )
+# NVIDIA's tool-call texts (docs/tools.md), so that prompts with tools, calls and results stay short on a tiny model
+TOOL_CORPUS = system_prompt("", [Tool("get_weather", "The weather in a city.", {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]) + (
+    ' <TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>'
+    ' <TOOL_RESPONSE>[{"result": 21, "error": "unknown"}]</TOOL_RESPONSE> ')
 RELEASE_PATTERN = NANO_9B_V2_CONFIG["hybrid_override_pattern"]
 DIMS = {
     # the same shape rules as the release (hybrid pattern with every layer type, 31 codebooks, 1764 samples per code
@@ -64,8 +77,9 @@ DIMS = {
 # tokenizers and configs
 # ----------------------------------------------------------------------------------------------------------------
 def write_tokenizer(directory: Path, vocab_size: int) -> None:
-    """Byte-level BPE with NVIDIA's special-token ids (<s>=1, </s>=2, <SPECIAL_12>=12) and exactly 256 single-character
-    tokens (the EAR-TTS char table), padded with synthetic multi-character tokens up to ``vocab_size``."""
+    """Byte-level BPE with NVIDIA's special-token ids (<s>=1, </s>=2, <SPECIAL_12>=12, <SPECIAL_20..22>=20..22) and
+    exactly 256 single-character tokens (the EAR-TTS char table), padded with synthetic multi-character tokens up to
+    ``vocab_size``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -73,7 +87,7 @@ def write_tokenizer(directory: Path, vocab_size: int) -> None:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=min(vocab_size, 512), special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([CORPUS * 4], trainer=trainer)
+    tok.train_from_iterator([(CORPUS + TOOL_CORPUS) * 4], trainer=trainer)
     spec = json.loads(tok.to_str())
     vocab = spec["model"]["vocab"]
     rng = np.random.default_rng(0)
@@ -216,8 +230,7 @@ def runtime_config(nested: dict, llm: dict) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 # random tensors
 # ----------------------------------------------------------------------------------------------------------------
-KEPT_AS_BUILT = re.compile(r"featurizer\.(window|fb)$")  # the module computes them exactly
-DERIVED = re.compile(r"(is_continuation|special_flags|pad_tensor|rvq_embs|codec_silence_tokens)$")
+DERIVED = re.compile("|".join(DERIVED_KEYS))
 TRANSPOSED_CONV = re.compile(r"audio_codec\.decoder\.layers\.\d+\.weight$")
 CODEC_LAYER_CONV = re.compile(r"audio_codec\.(encoder|decoder)\.layers\.\d+\.weight$")
 POINTWISE = re.compile(r"(pointwise_conv[12]|pwconv[12])\.weight$|audio_codec\.(encoder|decoder)\.layers\.\d+\.weight$")
@@ -272,26 +285,25 @@ def to_torch_layout(name: str, w: mx.array) -> mx.array:
 
 def random_tensors(model: VoiceChatModel, tokenizer: TextTokenizer, cfg, seed: int) -> Iterator[tuple[str, mx.array]]:
     """(name, evaluated float32 tensor in our layout) for every parameter, one at a time (a full-size model never
-    sits in memory in float32), then the buffers derived from them: flag tables, rvq_embs, codec silence frame."""
+    sits in memory in float32), then the buffers the model derives (``model.DERIVED_KEYS``), as the model derives
+    them from those values; integer buffers as int64, like NeMo's files."""
     built = dict(tree_flatten(model.parameters()))
     codec = {}
     for i, name in enumerate(sorted(built)):
-        ref = built[name]
-        if KEPT_AS_BUILT.search(name) or DERIVED.search(name):
+        if DERIVED.search(name):
             continue
-        value = random_value(name, tuple(ref.shape), mx.random.key(seed * 1_000_003 + i))
+        value = random_value(name, tuple(built[name].shape), mx.random.key(seed * 1_000_003 + i))
         mx.eval(value)
         if name.startswith("tts_model.audio_codec."):
             codec[name[len("tts_model.audio_codec."):]] = value
         yield name, value
-    for name in sorted(built):
-        if KEPT_AS_BUILT.search(name):
-            yield name, built[name]
-    tables = flag_tables(tokenizer.vocab, cfg.bos_id, cfg.eos_id)
-    yield from ((f"tts_model.tts_model.embed_subword.{k}", v.astype(mx.int64)) for k, v in tree_flatten(tables))
-    model.tts_model.audio_codec.update(tree_unflatten(list(codec.items())))
-    yield "tts_model.tts_model.rvq_embs", mx.stack(list(model.tts_model.audio_codec.prvq.mus_list))
-    yield "tts_model.codec_silence_tokens", model.tts_model.audio_codec.silence_codes().astype(mx.int64)
+    model.tts_model.audio_codec.update(tree_unflatten(list(codec.items())))  # rvq_embs and silence codes come from it
+    derived = sorted(name for name in built if DERIVED.search(name))
+    derive_missing(model, cfg, tokenizer, set(derived))
+    values = dict(tree_flatten(model.parameters()))
+    for name in derived:
+        value = values[name]
+        yield name, value if mx.issubdtype(value.dtype, mx.floating) else value.astype(mx.int64)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -324,21 +336,35 @@ def save_shards(weights: dict[str, mx.array], directory: Path, shards: int) -> N
     (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
 
 
+def prepare_directory(directory: Path) -> None:
+    """Make ``directory`` an empty folder marked as ours. An existing one is emptied only if it is empty already or
+    holds our marker (a checkpoint written here before); anything else is the user's and is refused."""
+    if directory.exists() and not directory.is_dir():
+        raise FileExistsError(f"{directory} is a file, not a folder; choose a folder for the checkpoint")
+    if directory.is_dir() and any(directory.iterdir()):
+        if not (directory / MARKER).is_file():
+            raise FileExistsError(f"{directory} is not empty and holds no random checkpoint; choose a new or empty "
+                                  "folder (it is never overwritten)")
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("Written by voicechat.random_checkpoint; it may replace this folder.\n")
+
+
 def write_checkpoint(directory, layout: str = "nested", dims: str = "tiny", seed: int = 0) -> Path:
-    """Write a random-weight checkpoint that ``voicechat.load`` accepts; returns its directory."""
+    """Write a random-weight checkpoint that ``voicechat.load`` accepts into ``directory`` (new, empty, or one this
+    function wrote before); returns it."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}")
     d = DIMS[dims]
     directory = Path(directory)
-    if directory.exists():
-        shutil.rmtree(directory)
-    (directory / "llm").mkdir(parents=True)
+    prepare_directory(directory)
+    (directory / "llm").mkdir()
     llm = llm_config(d)
     (directory / "llm" / "config.json").write_text(json.dumps(llm, indent=1))
     write_tokenizer(directory, d["vocab"])
     nested = nested_config(d, "llm")
     tokenizer = TextTokenizer(directory / "tokenizer.json")
-    cfg = with_token_ids(parse_nested(nested, directory), tokenizer.token_to_id, tokenizer.id_to_token)
+    cfg = with_token_ids(parse_nested(nested, llm), tokenizer.token_to_id, tokenizer.id_to_token)
     model = VoiceChatModel(cfg, tokenizer.vocab_size, function_head=True, speakers=("Aria",))
     weights = {}
     for name, w in random_tensors(model, tokenizer, cfg, seed):
@@ -369,15 +395,21 @@ def write_tiny_checkpoint(directory, seed: int = 0) -> Path:
     return write_checkpoint(directory, "nested", "tiny", seed)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description="Write a random-weight NemotronLabs-VoiceChat checkpoint.")
-    p.add_argument("directory")
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m voicechat.random_checkpoint",
+                                description="Write a random-weight NemotronLabs-VoiceChat checkpoint.")
+    p.add_argument("directory", help="a new or empty folder (or one this command wrote before)")
     p.add_argument("--layout", choices=LAYOUTS, default="nested")
     p.add_argument("--dims", choices=sorted(DIMS), default="tiny")
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
-    print(write_checkpoint(a.directory, a.layout, a.dims, a.seed))
+    a = p.parse_args(argv)
+    try:
+        print(write_checkpoint(a.directory, a.layout, a.dims, a.seed))
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

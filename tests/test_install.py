@@ -1,0 +1,118 @@
+"""A newcomer's first steps: `pip install .` / `pip install -e .` in a new venv give the package and the `voicechat`
+command, which work from another folder (the README's Python example included); the README's set-up is what CI does.
+
+The new venv sees this environment's packages (mlx, numpy, pip, setuptools, ...) through a .pth file, so nothing is
+downloaded; voicechat itself is built from a copy of the repository's files and installed into it.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import HARNESS_WAV, TESTS
+from voicechat.random_checkpoint import write_checkpoint
+
+REPO = TESTS.parent
+README = (REPO / "README.md").read_text()
+DEFAULT_MODEL = "mlx-community/NemotronLabs-VoiceChat-11B-4bit"
+
+
+def run(args, cwd, **kwargs) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}  # no checkout on the path
+    p = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                       env={**env, "HF_HUB_OFFLINE": "1"}, **kwargs)
+    assert p.returncode == 0, f"{args}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def readme_block(heading: str, language: str) -> str:
+    """The first ```language block after ``heading`` in the README."""
+    section = README[README.index(heading):]
+    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
+
+
+def new_venv(root: Path, *install_args: str) -> tuple[Path, Path, Path]:
+    """A new venv in ``root`` with voicechat pip-installed from a copy of the repository (``install_args`` before
+    the source folder: e.g. "-e"); returns its python, the source copy and an empty folder elsewhere."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=120)
+    python = root / "venv" / "bin" / "python"
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root).stdout.strip()
+    (Path(purelib) / "outer_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    source = root / "source"  # what a fresh clone holds of the package
+    shutil.copytree(REPO / "voicechat", source / "voicechat", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", *install_args,
+         source], elsewhere)
+    return python, source, elsewhere
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    return new_venv(tmp_path_factory.mktemp("install"))
+
+
+def test_pip_install_gives_the_package_and_the_command(installed, tmp_path):
+    python, source, elsewhere = installed
+    where = run([python, "-c", "import voicechat; print(voicechat.__file__)"], elsewhere).stdout.strip()
+    assert Path(where).is_relative_to(python.parent.parent)  # installed into the venv, not found in a checkout
+    command = python.parent / "voicechat"
+    usage = run([command, "--help"], elsewhere).stdout
+    assert usage.startswith("usage: voicechat ") and "generate" in usage and "download" in usage
+    # the README's Python example, as written, on a tiny random checkpoint in place of the 9 GB download
+    example = readme_block("## Python API", "python")
+    assert DEFAULT_MODEL in example and "question.wav" in example
+    model = write_checkpoint(tmp_path / "tiny model")
+    shutil.copy(HARNESS_WAV, elsewhere / "question.wav")
+    (elsewhere / "example.py").write_text(example.replace(DEFAULT_MODEL, str(model)))
+    out = run([python, "example.py"], elsewhere).stdout
+    assert (elsewhere / "answer.wav").stat().st_size > 44 and out.strip()
+    # the installed command answers a recording, from another folder, and says where the answer went
+    err = run([command, "generate", "--model", model, "--audio", "question.wav", "--quiet", "--extra-seconds", "0"],
+              elsewhere).stderr
+    assert f"wrote {elsewhere / 'question-answer.wav'} (" in err
+
+
+def test_requirements_txt_lists_what_the_package_declares(installed):
+    python, source, elsewhere = installed
+    declared = run([python, "-c", "import importlib.metadata as m; print('\\n'.join(m.requires('voicechat')))"],
+                   elsewhere).stdout.splitlines()
+    from packaging.requirements import Requirement
+
+    def normal(line: str) -> str:
+        r = Requirement(line.replace('; extra == "app"', ""))  # the app's extra is a plain line in the file
+        return f"{r.name.lower()}{sorted(r.extras)}{r.specifier}{r.marker or ''}"
+
+    listed = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and line[0] != "#"]
+    assert sorted(map(normal, declared)) == sorted(map(normal, listed))
+
+
+def test_editable_install_runs_the_checkout(tmp_path):
+    python, source, elsewhere = new_venv(tmp_path, "-e")
+    where = run([python, "-c", "import voicechat; print(voicechat.__file__)"], elsewhere).stdout.strip()
+    assert Path(where) == source / "voicechat" / "__init__.py"
+    assert run([python.parent / "voicechat", "--help"], elsewhere).stdout.startswith("usage: voicechat ")
+
+
+def test_readme_setup_is_what_ci_installs():
+    ci = (REPO / ".ci" / "run").read_text()
+    apt = re.search(r"apt-get install (.*?)(>|$)", ci, re.M).group(1).split()
+    pip = re.search(r"pip install (.*-r .*)$", ci, re.M).group(1).split()
+    steps = readme_block("### Run the tests", "bash").splitlines()
+    readme_apt = next(shlex.split(s) for s in steps if "apt-get install" in s)
+    readme_pip = next(shlex.split(s) for s in steps if s.startswith("pip install"))
+    packages = [w for w in apt if not w.startswith("-")]
+    assert packages and [w for w in readme_apt[readme_apt.index("install") + 1:] if not w.startswith("-")] == packages
+    files = [pip[i + 1] for i, w in enumerate(pip) if w == "-r"]
+    assert files == ["requirements.txt", "tests/requirements.txt"]
+    assert [readme_pip[i + 1] for i, w in enumerate(readme_pip) if w == "-r"] == files
+    assert "python3 -m venv .venv" in steps and ". .venv/bin/activate" in steps

@@ -1,0 +1,30 @@
+"""Layers shared by the speech encoder, the LLM and the codec (voicechat/layers.py)."""
+
+import numpy as np
+import pytest
+
+import conftest  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+
+from voicechat.checkpoint import fit_layout
+from voicechat.layers import CausalDepthwiseConv
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_causal_depthwise_conv_is_torch_conv1d_with_left_padding(bias):
+    """NeMo's causal depthwise convs (conformer, Mamba, codec): Conv1d(groups=C) over the input padded by k - 1 on the
+    left, computed here from torch's weight layout by hand."""
+    rng = np.random.default_rng(2)
+    c, k, t = 3, 7, 10
+    w = rng.normal(size=(c, 1, k)).astype(np.float32)  # torch depthwise Conv1d
+    b = rng.normal(size=(c,)).astype(np.float32) if bias else np.zeros(c, np.float32)
+    x = rng.normal(size=(1, c, t)).astype(np.float32)
+    padded = np.pad(x, [(0, 0), (0, 0), (k - 1, 0)])  # NeMo: F.pad(x, [k - 1, 0])
+    expected = np.stack([(padded[0, :, ti:ti + k] * w[:, 0]).sum(-1) + b for ti in range(t)], axis=-1)
+    layer = CausalDepthwiseConv(c, k, bias=bias)
+    layer.weight = fit_layout("w", mx.array(w), layer.weight.shape)
+    if bias:
+        layer.bias = mx.array(b)
+    got = np.array(layer(mx.array(padded.transpose(0, 2, 1))))
+    np.testing.assert_allclose(got[0], expected.T, atol=1e-5)
+    assert ("bias" in layer) == bias

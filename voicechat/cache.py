@@ -1,0 +1,106 @@
+"""Attention key/value caches: one class for every attention layer of the model (Nemotron-H's attention blocks and
+the EAR-TTS backbone's full and sliding-window layers).
+
+A cache holds keys and values [B, heads, capacity, D]. Its buffers grow by doubling from FIRST_CAPACITY, so that the
+fixed-shape compiled steps of a session meet only a handful of shapes, each traced once per model (and ahead of
+time: :func:`capacities`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from . import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+
+FIRST_CAPACITY = 256
+
+Mask = Union[None, str, mx.array]
+
+
+def capacity_for(positions: int, window: Optional[int] = None) -> int:
+    """Slots a cache holds for ``positions``: the next power of two from FIRST_CAPACITY, at most the window."""
+    capacity = FIRST_CAPACITY
+    while capacity < positions:
+        capacity *= 2
+    return capacity if window is None else min(capacity, window)
+
+
+def capacities(positions: int, window: Optional[int] = None) -> list[int]:
+    """Every capacity a cache passes through on its way to ``positions``."""
+    out = [capacity_for(1, window)]
+    while out[-1] < capacity_for(positions, window):
+        out.append(capacity_for(out[-1] + 1, window))
+    return out
+
+
+def _grown(buf: Optional[mx.array], like: mx.array, used: int, capacity: int) -> mx.array:
+    """``buf`` with its first ``used`` slots kept and room for ``capacity``: [B, N, C, D]."""
+    b, n, _, d = like.shape
+    room = mx.zeros((b, n, capacity - used, d), dtype=like.dtype)
+    return room if buf is None or used == 0 else mx.concatenate([buf[..., :used, :], room], axis=2)
+
+
+class KVCache:
+    """Keys and values of the positions so far; positions continue across calls. Without a ``window`` every position
+    is kept (a query sees all earlier keys); with one, a query at p sees the keys p - window + 1 .. p, and position p
+    lives in slot p % window, so a step overwrites exactly the position that left the window."""
+
+    def __init__(self, window: Optional[int] = None):
+        self.window = window
+        self.keys: Optional[mx.array] = None
+        self.values: Optional[mx.array] = None
+        self.offset = 0  # positions so far
+
+    def arrays(self) -> list[mx.array]:
+        return [a for a in (self.keys, self.values) if a is not None]
+
+    def update_and_fetch(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array, Mask]:
+        """Append L positions [B, N, L, D]; return the keys and values the L new queries attend and their mask
+        ("causal" aligns the queries with the last L keys)."""
+        n = k.shape[2]
+        if self.window is not None and self.offset + n > self.window and n > 1:
+            return self._wrapping_block(k, v)
+        end = self.offset + n
+        self._reserve(end, k)
+        first = self.offset % self.window if self.window is not None else self.offset
+        self.keys[..., first:first + n, :] = k
+        self.values[..., first:first + n, :] = v
+        self.offset = end
+        seen = end if self.window is None else min(end, self.window)
+        return self.keys[..., :seen, :], self.values[..., :seen, :], ("causal" if n > 1 else None)
+
+    def reserve_step(self, like: mx.array) -> tuple[int, int]:
+        """Room for one more position (keys shaped like ``like`` [B, N, 1, D]), for a compiled step that writes it:
+        (its slot, the number of slots its query sees). The caller adds 1 to ``offset`` once the step is built."""
+        self._reserve(self.offset + 1, like)
+        slot = self.offset if self.window is None else self.offset % self.window
+        return slot, self.offset + 1 if self.window is None else min(self.offset + 1, self.window)
+
+    def _reserve(self, positions: int, like: mx.array) -> None:
+        capacity = capacity_for(positions, self.window)
+        if self.keys is None or self.keys.shape[2] < capacity:
+            used = min(self.offset, self.window or self.offset)
+            self.keys, self.values = _grown(self.keys, like, used, capacity), _grown(self.values, like, used, capacity)
+
+    def _in_order(self, buf: mx.array) -> mx.array:
+        """The stored positions oldest first: [B, N, min(offset, window), D]."""
+        if self.offset <= self.window:
+            return buf[..., :self.offset, :]
+        return mx.roll(buf, -(self.offset % self.window), axis=2)
+
+    def _wrapping_block(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array, Mask]:
+        """Several positions that pass the window: attention over the kept positions and the new ones with an explicit
+        window mask, then the last ``window`` positions kept, each in its slot."""
+        n_new = k.shape[2]
+        keys = k if self.keys is None else mx.concatenate([self._in_order(self.keys), k], axis=2)
+        values = v if self.values is None else mx.concatenate([self._in_order(self.values), v], axis=2)
+        total = self.offset + n_new
+        key_pos = mx.arange(total - keys.shape[2], total)
+        query_pos = mx.arange(self.offset, total)[:, None]
+        mask = (key_pos <= query_pos) & (query_pos - key_pos < self.window)  # [L, T_kv]
+        shift = (total - self.window) % self.window  # slot of the oldest kept position
+        self.keys = mx.roll(keys[..., -self.window:, :], shift, axis=2)
+        self.values = mx.roll(values[..., -self.window:, :], shift, axis=2)
+        self.offset = total
+        return keys, values, mask
