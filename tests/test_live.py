@@ -5,6 +5,7 @@ the right exit code)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -27,8 +28,9 @@ from conftest import HARNESS_WAV, NEMO
 from pulse import SPEAKER_RATE, pulse  # noqa: F401  (pulse: the fixture)
 from voicechat.devices import FAST_AHEAD, FileMicrophone, FileSpeaker, JitterBuffer, Ring
 from voicechat.errors import FellBehind
-from voicechat.live import LagGuard, TerminalView, stereo_timeline
+from voicechat.live import LagGuard, TerminalView, stereo_timeline, tool_lines
 from voicechat.result import Result
+from voicechat.tools import ToolCall, ToolEvent
 
 STATUS = re.compile(r"status: frame p50 ([\d.]+) ms p95 ([\d.]+) ms \| RTF ([\d.]+) \| lag (\d+) ms \| "
                     r"buffered (\d+) ms \| late frames (\d+) \| underruns (\d+)")
@@ -174,6 +176,17 @@ def test_the_view_redraws_the_open_line_and_the_status_in_place_on_a_terminal(mo
     # up over the open line's two rows, clear, the finished line, the new open line, the status
     assert out.getvalue()[len(first):] == ("\x1b[2A\r\x1b[Jassistant: 0123456789 0123456789\nyou: hi\n"
                                            "status two")
+
+
+def test_tool_events_show_as_lines():
+    call = ToolCall(call_id="call_" + "0" * 32, name="calculate", arguments={"expression": "2+2"}, raw="", call_start=5,
+                    call_end=9, result={"value": 4})
+    failed = dataclasses.replace(call, name="get_current_time", arguments={}, result=None, error="timeout")
+    assert tool_lines(ToolEvent("call_start", 5)) == []
+    assert tool_lines(ToolEvent("call", 9, (call, failed))) == ['tool call: calculate({"expression": "2+2"})',
+                                                                "tool call: get_current_time({})"]
+    assert tool_lines(ToolEvent("result", 10, (call, failed))) == ['tool result: calculate -> {"value": 4}',
+                                                                   "tool result: get_current_time -> error: timeout"]
 
 
 def test_the_lag_bound_stops_a_call_that_falls_behind_but_not_a_tool_exchange():
