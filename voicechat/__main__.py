@@ -166,17 +166,24 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_model_arguments(p: argparse.ArgumentParser, demo: bool) -> None:
+    """Which model: --model, --offline and (for the live commands) --demo."""
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    p.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    if demo:
+        p.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (no download; "
+                                                           "answers are noise)")
+
+
 def add_serve_parser(sub) -> None:
     import os
 
     s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
-    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id ({DEFAULT_MODEL})")
-    s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
+    add_model_arguments(s, demo=True)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
-    s.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     s.set_defaults(func=cmd_serve)
 
 
@@ -211,8 +218,7 @@ def add_live_parser(sub) -> None:
     from .live import DEFAULT_MAX_LAG
 
     v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
-    v.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
-    v.add_argument("--demo", action="store_true", help="a tiny random-weight model (no download; answers are noise)")
+    add_model_arguments(v, demo=True)
     v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
@@ -236,7 +242,6 @@ def add_live_parser(sub) -> None:
     v.add_argument("--echo-cancel", action="store_true",
                    help="remove the speaker's sound from the microphone (WebRTC AEC3; pip install livekit), so "
                         "speakers work without headphones")
-    v.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     v.set_defaults(func=cmd_live)
 
 
@@ -244,7 +249,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
-    g.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    add_model_arguments(g, demo=False)
     g.add_argument("--audio", required=True,
                    help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
     g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
@@ -275,7 +280,6 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     g.add_argument("--tts-noise", type=float)
     g.add_argument("--turn-markers", action="store_true", help="NVIDIA's <|t|> / <$t$> turn markers in the text")
     g.add_argument("--tokenizer", help="tokenizer.json to use when the checkpoint ships none")
-    g.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(func=cmd_generate)
     d = sub.add_parser("download", help="fetch a checkpoint into the Hugging Face cache and print its directory")
