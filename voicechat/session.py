@@ -234,6 +234,7 @@ class Session:
         self.llm_stream, self.speech_stream = self.model.streams()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
+        self.taken = 0  # samples fed, at their own rate
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
         self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
@@ -278,10 +279,14 @@ class Session:
         -> the positions it completes."""
         if self.ended:
             raise AudioInputError("this session's input has ended (flush was called); start a new session")
-        x = self._resampled(to_float32(np.asarray(samples)), int(sample_rate), last=False)
+        x = to_float32(np.asarray(samples))
         if not np.all(np.isfinite(x)):
             raise AudioInputError("the audio contains NaN or infinite samples")
-        self._check_room(self._frames_after(self.listener.samples + len(x)))
+        # checked before the resampler takes the chunk: what it gives out never passes the rate ratio of all it took
+        taken = self.taken + len(x)
+        self._check_room(self._frames_after(-(-taken * self.input_rate // max(1, int(sample_rate)))))
+        x = self._resampled(x, int(sample_rate), last=False)
+        self.taken = taken
         block = LISTEN_BLOCK_FRAMES * self.cfg.samples_per_input_frame
         out = []
         for i in range(0, len(x), block):
