@@ -1,4 +1,4 @@
-"""Audio codec (SPEC §2.6): NeMo parity on the recorded codec calls, streaming, loading, hand-computed pieces."""
+"""Audio codec (docs/model.md §2.6): NeMo parity on the recorded codec calls, streaming, loading, hand-computed pieces."""
 
 import math
 
@@ -136,7 +136,7 @@ def test_decode_refuses_control_codes():
 # structure and loading
 # ----------------------------------------------------------------------------------------------------------------
 def test_release_geometry_matches_spec():
-    """SPEC §2.6: 13 encoder and 13 decoder modules, 214 tensors, the listed shapes (in our layouts)."""
+    """docs/model.md §2.6: 13 encoder and 13 decoder modules, 214 tensors, the listed shapes (in our layouts)."""
     codec = AudioCodec(CodecConfig())
     shapes = {k: tuple(v.shape) for k, v in tree_flatten(codec.parameters())}
     assert len(codec.encoder.layers) == 13 and len(codec.decoder.layers) == 13

@@ -105,7 +105,7 @@ def test_function_channel_and_transcript_match_offline(size, release_model):
     assert np.array_equal(r.text_tokens, offline.text_tokens)
     assert np.array_equal(r.audio_codes, offline.audio_codes)
     assert r.user_transcript == offline.user_transcript != ""
-    # the transcript also hears the prompt's (zero) frames, as NVIDIA's loop does (SPEC §1.2 J)
+    # the transcript also hears the prompt's (zero) frames, as NVIDIA's loop does (docs/model.md §1.2 J)
     assert "".join(f.transcript for f in s.prompt_output + frames) == r.user_transcript
     assert np.abs(r.audio - offline.audio).max() <= 1e-5
     assert len(set(r.function_tokens.tolist())) > 1  # random weights: the channel really carries ids

@@ -691,7 +691,7 @@ class ScriptedHead:
 
 class LLMInputs:
     """A spy on the LLM step (the real step runs): each position's user-audio input and previous text and function
-    ids, i.e. what enters the fused input (SPEC §1.2 F)."""
+    ids, i.e. what enters the fused input (docs/model.md §1.2 F)."""
 
     def __init__(self):
         self.rows = []

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import AudioDeviceError
 
-FRAME_SECONDS = 0.08  # one timeline position (SPEC §1.2): the session hands over audio this much at a time
+FRAME_SECONDS = 0.08  # one timeline position (docs/model.md §1.2): the session hands over audio this much at a time
 FAST_AHEAD = 0.32  # a fast file microphone: seconds of input handed over ahead of what the session consumed
 STALL_SECONDS = 3.0  # a device whose callback has not run for this long has stopped (PortAudio on macOS does not
 #                      always report a device that went away: its callbacks just stop)

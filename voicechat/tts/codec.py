@@ -1,4 +1,4 @@
-"""The audio codec: NVIDIA's RVQ-VAE (``tts_model.audio_codec.*``, SPEC §2.6), 22.05 kHz <-> 12.5 codes/s.
+"""The audio codec: NVIDIA's RVQ-VAE (``tts_model.audio_codec.*``, docs/model.md §2.6), 22.05 kHz <-> 12.5 codes/s.
 
 waveform --STFT--> [real, imag] channels --encoder--> latent --PRVQ--> codes [B, T, Q]
 codes --PRVQ means--> latent --decoder--> (magnitude, phase) --iSTFT--> waveform
@@ -24,13 +24,13 @@ from ..config import CodecConfig
 from ..errors import ConfigError
 from ..layers import CausalDepthwiseConv
 
-MAX_MAGNITUDE = 100.0  # SPEC §2.6: decoder head bounds the magnitude to (0, 100)
-LAYER_NORM_EPS = 1e-6  # SPEC §2.6: LayerNormNd default
-SILENCE_SECONDS = 10  # SPEC §2.5.10: the silence frame is taken from 10 s of zeros
+MAX_MAGNITUDE = 100.0  # docs/model.md §2.6: decoder head bounds the magnitude to (0, 100)
+LAYER_NORM_EPS = 1e-6  # docs/model.md §2.6: LayerNormNd default
+SILENCE_SECONDS = 10  # docs/model.md §2.5.10: the silence frame is taken from 10 s of zeros
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# signal processing (SPEC §2.6)
+# signal processing (docs/model.md §2.6)
 # ----------------------------------------------------------------------------------------------------------------
 def hann_window(n: int) -> mx.array:
     """Periodic Hann window (``torch.hann_window(n)``): 0.5 - 0.5 cos(2 pi k / n), k = 0..n-1."""
@@ -70,7 +70,7 @@ def frame_signal(signal: mx.array, n: int, hop: int) -> mx.array:
 
 def stft_channels(wave: mx.array, n_fft: int, hop: int) -> mx.array:
     """Encoder input: zero pad (n_fft - hop)/2 on each side, periodic Hann, no centring, one-sided DFT; channels
-    [real(n_fft/2 + 1), imag(n_fft/2 + 1)] (SPEC §2.6, ``spectrogram`` + ``Wav2Latent.forward``).
+    [real(n_fft/2 + 1), imag(n_fft/2 + 1)] (docs/model.md §2.6, ``spectrogram`` + ``Wav2Latent.forward``).
 
     [B, N] -> [B, N / hop, n_fft + 2]
     """
@@ -81,7 +81,7 @@ def stft_channels(wave: mx.array, n_fft: int, hop: int) -> mx.array:
 
 
 def bounded_magnitude(m: mx.array) -> mx.array:
-    """100 * exp(-softplus(-m + ln 100)): a smooth magnitude in (0, 100), about exp(m) for small m (SPEC §2.6)."""
+    """100 * exp(-softplus(-m + ln 100)): a smooth magnitude in (0, 100), about exp(m) for small m (docs/model.md §2.6)."""
     return MAX_MAGNITUDE * mx.exp(-nn.softplus(math.log(MAX_MAGNITUDE) - m))
 
 
@@ -112,7 +112,7 @@ def windowed_frames(spec: mx.array, n_fft: int) -> mx.array:
 # layers (channels last: [B, T, C])
 # ----------------------------------------------------------------------------------------------------------------
 class ConvNeXtBlock(nn.Module):
-    """x + pwconv2(gelu(pwconv1(norm(dwconv(left-padded x))))), exact erf GELU (SPEC §2.6, ``ConvNeXt1d``)."""
+    """x + pwconv2(gelu(pwconv1(norm(dwconv(left-padded x))))), exact erf GELU (docs/model.md §2.6, ``ConvNeXt1d``)."""
 
     def __init__(self, channels: int, kernel_size: int):
         super().__init__()
@@ -327,7 +327,7 @@ class AudioCodec(nn.Module):
         return StreamingDecoder(self, batch_size)
 
     def silence_codes(self) -> mx.array:
-        """NeMo's ``get_codec_silence_frame`` (SPEC §2.5.10): the most frequent code frame of 10 s of zeros padded
+        """NeMo's ``get_codec_silence_frame`` (docs/model.md §2.5.10): the most frequent code frame of 10 s of zeros padded
         to whole frames; ties go to the frame seen first. For checkpoints without ``tts_model.codec_silence_tokens``.
 
         -> [Q] int32
