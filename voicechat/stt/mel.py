@@ -21,11 +21,12 @@ from ..config import PreprocessorConfig
 # ----------------------------------------------------------------------------------------------------------------
 # constant tables (numpy, rounded to float32 where the torch / librosa originals round)
 # ----------------------------------------------------------------------------------------------------------------
-def hann_window(length: int) -> np.ndarray:
-    """Symmetric Hann window, ``torch.hann_window(length, periodic=False)`` (docs/model.md §2.1.4), evaluated in float32 the
-    way torch does (n * float32(2 pi / (length - 1)), cos, * -0.5 + 0.5)."""
+def hann_window(length: int, periodic: bool) -> np.ndarray:
+    """``torch.hann_window(length, periodic)``, evaluated in float32 the way torch does (n * float32(2 pi / N), cos,
+    * -0.5 + 0.5) with N = length (periodic: the codec's iSTFT) or length - 1 (symmetric: the mel, docs/model.md
+    §2.1.4)."""
     n = np.arange(length, dtype=np.float32)
-    step = np.float32(2.0 * math.pi / (length - 1))
+    step = np.float32(2.0 * math.pi / (length if periodic else length - 1))
     return np.cos(n * step) * np.float32(-0.5) + np.float32(0.5)
 
 
@@ -93,7 +94,7 @@ class Featurizer(nn.Module):
         super().__init__()
         self.cfg = cfg
         fmax = cfg.highfreq if cfg.highfreq is not None else cfg.sample_rate / 2
-        self.window = mx.array(hann_window(cfg.win_length))
+        self.window = mx.array(hann_window(cfg.win_length, periodic=False))
         self.fb = mx.array(slaney_mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.features, cfg.lowfreq, fmax)[None])
 
     def __call__(self, audio: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
