@@ -8,6 +8,7 @@ Nothing else in voicechat reads raw JSON. Two formats are accepted (CHECKPOINTS.
   id, resolved by :func:`resolve_llm_config`.
 * runtime: mlx-vlm's ``model_type: nemotron_voicechat`` config (``text_config``, ``audio_config``, ``tts_config``,
   ``codec_config``, ``quantization``).
+* mlx-audio's converted folders: a nested config inside mlx-audio's own block (``voicechat/layouts.py`` maps them).
 
 Defaults are NeMo's code defaults (SPEC §4.2) where a key is absent.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from . import layouts
 from .errors import ConfigError
 
 NANO_9B_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
@@ -624,8 +626,10 @@ def parse_quantization(d: Optional[dict]) -> Optional[QuantizationConfig]:
 # ----------------------------------------------------------------------------------------------------------------
 # the two formats
 # ----------------------------------------------------------------------------------------------------------------
-def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: Optional[list] = None) -> ModelConfig:
-    """NVIDIA's nested config (release, ``-mlx-*`` family, NeMo harness)."""
+def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: Optional[list] = None,
+                 llm_config: Optional[dict] = None) -> ModelConfig:
+    """NVIDIA's nested config (release, ``-mlx-*`` family, NeMo harness). ``llm_config``: the LLM geometry when the
+    config carries it (mlx-audio's folders); else ``pretrained_llm`` names it."""
     stt = _get(cfg, "model.stt.model")
     speech = _get(cfg, "model.speech_generation.model")
     speech_data = _get(cfg, "model.speech_generation.data", {})
@@ -633,7 +637,7 @@ def parse_nested(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: O
     perception = _get(stt, "perception")
     _require(not stt.get("predict_user_text", False), "predict_user_text=true (ASR head) is not supported")
     pretrained_llm = str(_get(stt, "pretrained_llm"))
-    llm = parse_llm(resolve_llm_config(pretrained_llm, checkpoint_dir))
+    llm = parse_llm(llm_config or resolve_llm_config(pretrained_llm, checkpoint_dir))
     output_dim = int(perception.get("output_dim", llm.hidden_size))
     _require(output_dim == llm.hidden_size, f"perception output_dim {output_dim} != LLM hidden_size {llm.hidden_size}")
 
@@ -770,6 +774,9 @@ def parse_config(cfg: dict, checkpoint_dir: Optional[Path] = None, rnnt_vocab: O
     """Detect the format of a config.json dict and parse it."""
     if not isinstance(cfg, dict):
         raise ConfigError("config.json is not a JSON object")
+    if layouts.is_mlx_audio(cfg):  # mlx-audio's converted folders: its own block around a nested config
+        nested, llm = layouts.nested_config(cfg)
+        return replace(parse_nested(nested, checkpoint_dir, rnnt_vocab, llm), format="mlx-audio")
     if cfg.get("model_type") == "nemotron_voicechat":
         return parse_runtime(cfg)
     if isinstance(cfg.get("model"), dict) and "stt" in cfg["model"] and "speech_generation" in cfg["model"]:
