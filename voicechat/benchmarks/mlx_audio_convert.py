@@ -37,8 +37,9 @@ NEMO_IMPLICIT = {"encoder": {"use_bias": True}, "backbone": {"sliding_window": 4
 
 def speaker_latent(weights: dict, prompt_codes: np.ndarray) -> np.ndarray:
     """[T, Q] speaker prompt codes -> [1, T, H]: embed_code of the per-frame sum over codebooks of the code vectors,
-    codes shifted right by one frame (frame 0: code 0)."""
+    codes shifted right by one frame (frame 0: code 0); the pad code K (the prompt's first and last rows) adds zero."""
     rvq = np.asarray(weights["tts_model.tts_model.rvq_embs"], np.float32)  # [Q, K, L]
+    rvq = np.concatenate([rvq, np.zeros_like(rvq[:, :1])], axis=1)  # [Q, K + 1, L]
     shifted = np.concatenate([np.zeros_like(prompt_codes[:1]), prompt_codes[:-1]]).astype(np.int64)
     summed = sum(rvq[q][shifted[:, q]] for q in range(rvq.shape[0]))  # [T, L]
     embed = np.asarray(weights["tts_model.tts_model.embed_code.weight"], np.float32)  # [H, L]
