@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
+from . import layouts
 from .config import (NANO_9B_V2, NANO_9B_V2_REVISION, ModelConfig, QuantizationConfig, QuantSpec, nested_pretrained_llm,
                      parse_config, parse_rnnt_vocab)
 from .errors import CheckpointError, ConfigError, ModelUnavailable
@@ -208,7 +209,7 @@ def read_weights(path: Path) -> dict[str, mx.array]:
         weights.update(part)
     if not weights:
         raise CheckpointError(f"{path} holds no safetensors weights")
-    return weights
+    return layouts.as_nemo_layout(Path(path), weights)  # mlx-audio's converted folders (the fourth layout)
 
 
 def integrity_problems(weights: dict[str, mx.array]) -> list[str]:

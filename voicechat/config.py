@@ -8,6 +8,7 @@ This module only parses dicts; reading files is ``checkpoint.py``'s job. Two for
   config.json the caller reads and passes in) or the Nano-9B-v2 Hub id (public geometry below).
 * runtime: mlx-vlm's ``model_type: nemotron_voicechat`` config (``text_config``, ``audio_config``, ``tts_config``,
   ``codec_config``, ``quantization``).
+* mlx-audio's converted folders: a nested config inside mlx-audio's own block (``voicechat/layouts.py`` maps them).
 
 Every field has exactly one default, in its dataclass: what NVIDIA's code (NeMo, docs/model.md §4.2) uses when a config
 leaves the key out. The parsers pass only the keys a config has (:func:`_present`). The runtime format's own
@@ -20,6 +21,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
+from . import layouts
 from .errors import ConfigError
 
 FRAME_SECONDS = 0.08  # one step of the model's timeline (docs/model.md §1.2): 1280 input samples, 1764 output samples
@@ -771,6 +773,9 @@ def parse_config(cfg: dict, llm_config: Optional[dict] = None, rnnt_vocab: Optio
     config refers to (the LLM's config.json dict, the RNNT vocabulary file's pieces), when there is such a file."""
     if not isinstance(cfg, dict):
         raise ConfigError("config.json is not a JSON object")
+    if layouts.is_mlx_audio(cfg):  # mlx-audio's converted folders: its own block around a nested config
+        nested, llm = layouts.nested_config(cfg)
+        return replace(parse_nested(nested, llm, rnnt_vocab), format="mlx-audio")
     if cfg.get("model_type") == "nemotron_voicechat":
         return parse_runtime(cfg)
     if isinstance(cfg.get("model"), dict) and "stt" in cfg["model"] and "speech_generation" in cfg["model"]:
