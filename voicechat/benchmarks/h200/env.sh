@@ -3,6 +3,7 @@
 P=$HOME/parts; S=$HOME/site
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MLX_PTX_CACHE_DIR=$HOME/ptx
 export PYTHONPATH=$S:$PWD
+[ -f $P/ptx.tgz ] && [ ! -d $HOME/ptx ] && tar xzf $P/ptx.tgz -C $HOME  # an earlier run's kernel cache, if carried
 if ! python3 -c 'import mlx_audio, soxr, mlx.core' 2>/dev/null; then
   W=$P/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl
   [ -f $W ] || cat $P/mlxcuda.part.aa $P/mlxcuda.part.ab $P/mlxcuda.part.ac > $W || exit 3
