@@ -46,7 +46,7 @@ DEFAULT_OUTPUTS = APP_DIR / "outputs"
 MAX_WAITING = 8  # jobs that may wait for the engine; more are turned away with a message
 FORMATS = "WAV, FLAC, OGG, MP3, M4A/AAC, Opus or WebM"  # soundfile, and PyAV for the rest (voicechat.audio)
 
-NVIDIA_PROMPT = (  # NVIDIA's deployment default (SPEC §6 point 7)
+NVIDIA_PROMPT = (  # NVIDIA's deployment default (docs/model.md §6 point 7)
     "You are an AI voice assistant developed by NVIDIA. Your name is NVIDIA Voice Chat. Answer in a spoken, "
     "conversational style rather than a written one. Do not repeat the same sentence over and over again. "
     "Start the conversation by greeting the user."

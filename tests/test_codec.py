@@ -1,4 +1,4 @@
-"""Audio codec (SPEC §2.6): NeMo parity on the recorded codec calls, streaming, loading, hand-computed pieces."""
+"""Audio codec (docs/model.md §2.6): NeMo parity on the recorded codec calls, streaming, loading, hand-computed pieces."""
 
 import math
 
@@ -13,7 +13,7 @@ from conftest import NEMO
 from voicechat.checkpoint import UNUSED_KEYS, fit_layout, load_config, load_into, read_weights
 from voicechat.config import CodecConfig
 from voicechat.tts.codec import (AudioCodec, StridedConv1d, StridedConvTranspose1d,
-                                 bounded_magnitude, hann_window, head_spectrum, overlap_add, pad_to_multiple,
+                                 bounded_magnitude, head_spectrum, periodic_hann, overlap_add, pad_to_multiple,
                                  stft_channels, windowed_frames)
 
 PREFIX = "tts_model.audio_codec."
@@ -136,7 +136,7 @@ def test_decode_refuses_control_codes():
 # structure and loading
 # ----------------------------------------------------------------------------------------------------------------
 def test_release_geometry_matches_spec():
-    """SPEC §2.6: 13 encoder and 13 decoder modules, 214 tensors, the listed shapes (in our layouts)."""
+    """docs/model.md §2.6: 13 encoder and 13 decoder modules, 214 tensors, the listed shapes (in our layouts)."""
     codec = AudioCodec(CodecConfig())
     shapes = {k: tuple(v.shape) for k, v in tree_flatten(codec.parameters())}
     assert len(codec.encoder.layers) == 13 and len(codec.decoder.layers) == 13
@@ -218,7 +218,7 @@ def test_prvq_greedy_residual_hand_case():
 # signal processing, hand-computed
 # ----------------------------------------------------------------------------------------------------------------
 def test_window_and_envelope():
-    w = np.array(hann_window(16))
+    w = np.array(periodic_hann(16))
     assert w[0] == 0 and w[8] == 1 and abs(w[4] - 0.5) < 1e-7  # periodic: zero only at n = 0
     envelope = np.array(overlap_add(mx.broadcast_to(mx.array(w**2), (1, 10, 16)), 4))[0]  # 4*9 + 16 = 52 samples
     assert envelope.shape == (52,)
@@ -257,7 +257,7 @@ def test_head_spectrum_dc_and_nyquist_are_real():
 
 
 def test_windowed_frames_clamp_to_window():
-    w = np.array(hann_window(16))
+    w = np.array(periodic_hann(16))
     big_dc = np.zeros((1, 2, 9), np.complex64)
     big_dc[0, 0, 0] = 160.0  # irfft: the constant 10 in every sample, clamped to +w[n], then times w[n]
     big_dc[0, 1, 0] = -160.0

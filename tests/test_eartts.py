@@ -86,7 +86,7 @@ def test_warmup_inputs_from_codec_codes(run):
     assert np.array_equal(built.audio_mask, ref["tts.init.audio_mask"][0])
     assert np.array_equal(built.subword_ids, ref["tts.init.subword_ids"][0])
     assert np.array_equal(built.subword_mask, ref["tts.init.subword_mask"][0])
-    assert built.subword_ids.tolist() == [12] * 36 + [2]  # SPEC §3 row 36: not [12] * 37
+    assert built.subword_ids.tolist() == [12] * 36 + [2]  # docs/model.md §3 row 36: not [12] * 37
 
 
 @pytest.mark.parametrize("run", ["greedy", "greedy_aria"])

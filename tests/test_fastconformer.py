@@ -1,6 +1,6 @@
 """FastConformer + perception (voicechat/stt/fastconformer.py, perception.py): NeMo 3.0.0 parity per stage
 (teacher-forced on NeMo's recorded inputs, and end to end from the waveform), and the attention/mask/length math
-against dense references written here from NeMo's code (SPEC §2.2)."""
+against dense references written here from NeMo's code (docs/model.md §2.2)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_end_to_end_from_waveform(nemo_run):
 
 
 def test_tensor_length_exceeds_valid_length(nemo_run):
-    """floor(N / 160) = 9 = 1 (mod 8): 10 mel frames -> 3 encoder frames in the tensor, 2 valid (SPEC §1.2 B)."""
+    """floor(N / 160) = 9 = 1 (mod 8): 10 mel frames -> 3 encoder frames in the tensor, 2 valid (docs/model.md §1.2 B)."""
     perception, _ = nemo_run
     audio = mx.array(np.random.default_rng(9).uniform(-0.5, 0.5, (1, 9 * 160 + 37)).astype(np.float32))
     projected, lengths, encoded = perception(audio, mx.array([9 * 160 + 37]))
@@ -104,7 +104,7 @@ def test_loads_without_featurizer_buffers():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# checkpoint layout of the release configuration (SPEC §2.2.4: 26 tensors per layer, 12 in pre_encode)
+# checkpoint layout of the release configuration (docs/model.md §2.2.4: 26 tensors per layer, 12 in pre_encode)
 # ----------------------------------------------------------------------------------------------------------------
 def release_like(d_model=64, heads=4, channels=16, mels=128, layers=2, **changes) -> EncoderConfig:
     cfg = EncoderConfig(feat_in=mels, n_layers=layers, d_model=d_model, n_heads=heads, subsampling_factor=8,
@@ -153,7 +153,7 @@ def test_subsampled_length_examples():
 
 
 def test_tensor_is_one_frame_longer_exactly_when_floor_n_over_160_is_1_mod_8():
-    """SPEC §1.2 B: valid encoder frames g3(floor(N/160)) vs tensor frames g3(1 + floor(N/160))."""
+    """docs/model.md §1.2 B: valid encoder frames g3(floor(N/160)) vs tensor frames g3(1 + floor(N/160))."""
     for frames in range(0, 400):
         extra = subsampled_length(frames + 1, 8, True) - subsampled_length(frames, 8, True)
         assert extra == int(frames % 8 == 1), frames

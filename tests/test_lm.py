@@ -47,12 +47,12 @@ def build_stt(name: str) -> TinySTT:
 
 
 def previous_ids(gen_text: np.ndarray, pad: int) -> np.ndarray:
-    """[1, T] ids -> the previous position's ids, pad at t = 0 (SPEC §1.2 D)."""
+    """[1, T] ids -> the previous position's ids, pad at t = 0 (docs/model.md §1.2 D)."""
     return np.concatenate([np.full((1, 1), pad), gen_text[:, :-1]], axis=1)
 
 
 def greedy_timeline(stt, cfg, prompt: mx.array, audio: mx.array) -> list[int]:
-    """SPEC §1.2 C-F with argmax: one prompt prefill (its prediction discarded), then one step per audio frame."""
+    """docs/model.md §1.2 C-F with argmax: one prompt prefill (its prediction discarded), then one step per audio frame."""
     state = lm.LMState(stt, cfg)
     lm.prefill(stt, cfg, state, prompt)
     ids = [cfg.pad_id] * prompt.shape[1]
@@ -200,7 +200,7 @@ def test_heads_read_the_same_normed_hidden_and_prompt_pads_function_channel():
     assert max_err(func, hidden @ stt.function_head.weight.T) < 1e-5
 
 
-@pytest.mark.parametrize("eos_id", [2, 12])  # 12: eos == pad, the two boosts add up (SPEC §3 row 1)
+@pytest.mark.parametrize("eos_id", [2, 12])  # 12: eos == pad, the two boosts add up (docs/model.md §3 row 1)
 def test_text_logit_boosts(eos_id):
     plain_cfg, stt = model_config("tiny_model"), build_stt("tiny_model")
     cfg = replace(plain_cfg, pad_boost=2.0, bos_boost=-1.0, eos_boost=0.5, eos_id=eos_id)

@@ -1,5 +1,5 @@
 """The whole offline loop through the public API, against NVIDIA's NeMo 3.0.0 on its own checkpoints: identical
-text ids at every timeline position, identical codes in every frame, the waveform within 1e-4 (SPEC §1.2)."""
+text ids at every timeline position, identical codes in every frame, the waveform within 1e-4 (docs/model.md §1.2)."""
 
 import json
 from functools import lru_cache

@@ -1,4 +1,4 @@
-"""Log-mel frontend (voicechat/stt/mel.py) against NeMo 3.0.0's recorded preprocessor output and the SPEC §2.1 math."""
+"""Log-mel frontend (voicechat/stt/mel.py) against NeMo 3.0.0's recorded preprocessor output and the docs/model.md §2.1 math."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def features(pre: Preprocessor, audio: np.ndarray, lengths) -> tuple[np.ndarray,
 
 
 def exact_log_mel(signal: np.ndarray, window: np.ndarray, fb: np.ndarray, hop: int, n_fft: int) -> np.ndarray:
-    """SPEC §2.1 in float64 with numpy, for one unpadded signal: pre-emphasis, zero-padded centred STFT, power,
+    """docs/model.md §2.1 in float64 with numpy, for one unpadded signal: pre-emphasis, zero-padded centred STFT, power,
     mel, log(x + 2^-24). [N] -> [1 + N // hop, F] (every frame, the invalid last one included)."""
     x = signal.astype(np.float64)
     x = np.concatenate([x[:1], x[1:] - 0.97 * x[:-1]])
@@ -94,7 +94,7 @@ def test_features_match_nemo(run, buffers):
 @pytest.mark.parametrize("pad_to", [0, 16])
 def test_frame_counts(samples, pad_to):
     """floor(N / 160) valid frames, 1 + floor(N / 160) STFT frames, padded with zeros to a multiple of pad_to; frames
-    at and past the valid count are 0.0 (SPEC §2.1.2, §2.1.9)."""
+    at and past the valid count are 0.0 (docs/model.md §2.1.2, §2.1.9)."""
     pre = Preprocessor(replace(PreprocessorConfig(features=80), pad_to=pad_to))
     audio = np.random.default_rng(samples).uniform(-0.5, 0.5, (1, samples))
     out, lengths = features(pre, audio, [samples])

@@ -1,4 +1,4 @@
-"""MoG head sampling math (SPEC §2.5.7): HF top-p / top-k semantics, Gumbel-max, low-rank component mean."""
+"""MoG head sampling math (docs/model.md §2.5.7): HF top-p / top-k semantics, Gumbel-max, low-rank component mean."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def silu(v):
 
 
 def mamba_reference(mixer, x: np.ndarray, low: float, high: float) -> np.ndarray:
-    """Sequential float64 Mamba-2 mixer (SPEC §2.4) from the module's weights. x [L, hidden] -> [L, hidden]."""
+    """Sequential float64 Mamba-2 mixer (docs/model.md §2.4) from the module's weights. x [L, hidden] -> [L, hidden]."""
     p = {k: np.array(v, dtype=np.float64) for k, v in
          [("in", mixer.in_proj.weight), ("conv", mixer.conv1d.weight[:, :, 0]), ("conv_b", mixer.conv1d.bias),
           ("dt_bias", mixer.dt_bias), ("A_log", mixer.A_log), ("D", mixer.D), ("norm", mixer.norm.weight),

@@ -47,7 +47,7 @@ def test_config_from_merge_info():
 @pytest.mark.parametrize("name", [str(n) for n in REFERENCE["names"]])
 def test_ids_match_nemo_frame_by_frame(greedy, name):
     """One encoder frame per call with the state carried (the duplex loop's use) gives NeMo's ids, frame for frame;
-    frames past the valid length are not decoded (SPEC §1.2 J)."""
+    frames past the valid length are not decoded (docs/model.md §1.2 J)."""
     frames = mx.array(REFERENCE[f"{name}.frames"])
     length = int(REFERENCE[f"{name}.length"])
     state = greedy.new_state()

@@ -8,6 +8,7 @@ encoder frames), so the positions the end creates are NeMo's too and no position
 
 from functools import lru_cache
 
+import mlx.core as mx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -104,7 +105,7 @@ def test_function_channel_and_transcript_match_offline(size, release_model):
     assert np.array_equal(r.text_tokens, offline.text_tokens)
     assert np.array_equal(r.audio_codes, offline.audio_codes)
     assert r.user_transcript == offline.user_transcript != ""
-    # the transcript also hears the prompt's (zero) frames, as NVIDIA's loop does (SPEC §1.2 J)
+    # the transcript also hears the prompt's (zero) frames, as NVIDIA's loop does (docs/model.md §1.2 J)
     assert "".join(f.transcript for f in s.prompt_output + frames) == r.user_transcript
     assert np.abs(r.audio - offline.audio).max() <= 1e-5
     assert len(set(r.function_tokens.tolist())) > 1  # random weights: the channel really carries ids
@@ -239,3 +240,23 @@ def test_the_readme_streaming_example_runs(tmp_path):
     frames = -(-(len(recording()) + 6400) // 1280)  # recording + 0.4 s, in 80 ms frames (the last one padded)
     assert rate == 22050 and abs(len(answer) - frames * SAMPLES_PER_FRAME) <= 2 * SAMPLES_PER_FRAME
     assert "ready in" in run.stdout and "user said:" in run.stdout and "assistant said:" in run.stdout
+
+
+@pytest.mark.parametrize("size", CHUNKS)
+@pytest.mark.parametrize("name", ["tiny_model", "tiny_v2_aria"])
+def test_streamed_encoder_frames_equal_the_whole_recordings(name, size):
+    """The perception stream (steady frames compiled on a GPU) against the encoder run on the whole recording at once,
+    NeMo's layout: the same frames, the padded end included, up to float32 rounding (the attention blocks differ: one
+    query a block in the stream, 64 in the whole recording)."""
+    from voicechat.stt.perception import PerceptionStream
+
+    perception = model(name).net.stt_model.perception
+    x = recording()
+    whole, lengths, encoded = perception(mx.array(x)[None], mx.array([len(x)]))
+    stream = PerceptionStream(perception)
+    pieces = [stream.push(chunk) for chunk in chunks(x, size)] + [stream.finish()]
+    projected = np.concatenate([np.array(p) for p, _ in pieces])
+    frames = np.concatenate([np.array(e) for _, e in pieces])
+    assert stream.valid_frames == int(lengths[0])
+    assert np.abs(frames - np.array(encoded[0])).max() <= 1e-5
+    assert np.abs(projected - np.array(whole[0])).max() <= 1e-5

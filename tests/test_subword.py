@@ -1,4 +1,4 @@
-"""Char table, flag tables and the char-aware subword encoder (SPEC §2.5.3)."""
+"""Char table, flag tables and the char-aware subword encoder (docs/model.md §2.5.3)."""
 
 from __future__ import annotations
 

@@ -691,7 +691,7 @@ class ScriptedHead:
 
 class LLMInputs:
     """A spy on the LLM step (the real step runs): each position's user-audio input and previous text and function
-    ids, i.e. what enters the fused input (SPEC §1.2 F)."""
+    ids, i.e. what enters the fused input (docs/model.md §1.2 F)."""
 
     def __init__(self):
         self.rows = []
@@ -889,12 +889,14 @@ def test_live_conversation_with_a_client_tool(tiny_dir, tiny):
             ready = live.next_event(timeout=60)
         assert ready.prompt_frames == tiny.prompt_length(system_prompt("", [lookup]))
         live.send(np.zeros(1280 * 2, np.float32), 16000)
-        live.provide_tool_result("call_nobody", "{}")  # no call waits for it: the conversation ends with a message
+        live.provide_tool_result("call_nobody", "{}")  # no call waits for it (late or unknown): dropped
+        live.send(np.zeros(1280 * 2, np.float32), 16000)
+        live.flush()
         events = []
         while not events or events[-1].kind != eng.CLOSED:
             events.append(live.next_event(timeout=60))
-        errors = [e.message for e in events if e.kind == eng.ERROR]
-        assert errors == ["no tool call 'call_nobody' is waiting for a result"]
+        assert not [e for e in events if e.kind == eng.ERROR]  # the conversation went on to its end
+        assert sum(len(e.frames) for e in events if e.kind == eng.FRAMES) >= 4
         assert live.result().tool_calls == ()
     finally:
         engine.close()

@@ -1,4 +1,4 @@
-"""Command line: ``voicechat generate | download | bench`` (installed with the package; the same as
+"""Command line: ``voicechat generate | download | bench | serve | live`` (installed with the package; the same as
 ``python -m voicechat ...``).
 
 Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
@@ -166,25 +166,90 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_model_arguments(p: argparse.ArgumentParser, demo: bool) -> None:
+    """Which model: --model, --offline and (for the live commands) --demo."""
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    p.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
+    if demo:
+        p.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (no download; "
+                                                           "answers are noise)")
+
+
 def add_serve_parser(sub) -> None:
     import os
 
     s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
-    s.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id ({DEFAULT_MODEL})")
-    s.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (answers are noise)")
+    add_model_arguments(s, demo=True)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
-    s.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     s.set_defaults(func=cmd_serve)
+
+
+def cmd_live(a: argparse.Namespace) -> int:
+    from .devices import DeviceChoiceError, device_table, import_sounddevice
+    from .live import LiveOptions, run_live
+
+    if a.list_devices:
+        print(device_table(import_sounddevice()))
+        return 0
+    if a.output_file and not a.input_file:
+        raise UsageError("--output-file records what the speaker would play for --input-file; give --input-file too")
+    if a.fast and not (a.input_file and a.output_file):
+        raise UsageError("--fast runs faster than real time, so it needs --input-file and --output-file (no devices)")
+    if a.echo_cancel and a.input_file:
+        raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
+    if a.input_file and not Path(a.input_file).is_file():
+        raise UsageError(f"--input-file {a.input_file}: no such file")
+    options = LiveOptions(
+        model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=chosen_tools(a),
+        input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
+        input_file=a.input_file and Path(a.input_file), output_file=a.output_file and Path(a.output_file),
+        fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline, echo_cancel=a.echo_cancel)
+    try:
+        run_live(options)
+    except DeviceChoiceError as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
+def add_live_parser(sub) -> None:
+    from .live import DEFAULT_MAX_LAG
+
+    v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
+    add_model_arguments(v, demo=True)
+    v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
+                                                         "calculator, unit conversion)")
+    v.add_argument("--tools-module", metavar="PATH.py",
+                   help="let the model call the tools this Python file defines; at most 5 tools in all")
+    v.add_argument("--input-device", help="microphone: a number or part of a name from --list-devices (default: "
+                                          "the system's)")
+    v.add_argument("--output-device", help="speaker: a number or part of a name from --list-devices")
+    v.add_argument("--list-devices", action="store_true", help="list the audio devices and exit")
+    v.add_argument("--save", metavar="DIR", help="write conversation.wav (you left, the model right) and "
+                                                 "conversation.json here at the end")
+    v.add_argument("--input-file", metavar="WAV", help="play this recording as the microphone")
+    v.add_argument("--output-file", metavar="OUT.wav", help="write what the speaker would have played (no devices)")
+    v.add_argument("--fast", action="store_true", help="with --input-file and --output-file: faster than real time")
+    v.add_argument("--tail", type=float, default=4.0, help="seconds of silence after --input-file (default 4)")
+    v.add_argument("--seconds", type=float, help="stop after this many seconds")
+    v.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG,
+                   help=f"stop when the model falls this many seconds behind real time (default {DEFAULT_MAX_LAG:g}; "
+                        f"0 = never); tool calls hold your audio on purpose and are not counted")
+    v.add_argument("--echo-cancel", action="store_true",
+                   help="remove the speaker's sound from the microphone (WebRTC AEC3; pip install livekit), so "
+                        "speakers work without headphones")
+    v.set_defaults(func=cmd_live)
 
 
 def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
-    g.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    add_model_arguments(g, demo=False)
     g.add_argument("--audio", required=True,
                    help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
     g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
@@ -215,7 +280,6 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     g.add_argument("--tts-noise", type=float)
     g.add_argument("--turn-markers", action="store_true", help="NVIDIA's <|t|> / <$t$> turn markers in the text")
     g.add_argument("--tokenizer", help="tokenizer.json to use when the checkpoint ships none")
-    g.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(func=cmd_generate)
     d = sub.add_parser("download", help="fetch a checkpoint into the Hugging Face cache and print its directory")
@@ -228,6 +292,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
+    add_live_parser(sub)
     return p
 
 

@@ -2,7 +2,7 @@
 strictly. (``config.py`` parses what is read here.)
 
 Every published layout keeps NVIDIA's key names (``stt_model.*`` / ``tts_model.*``) and PyTorch tensor layouts
-(CHECKPOINTS.md); our module tree has the same key names, so loading is: read -> sanitize (shape-gated layout
+(docs/checkpoints.md); our module tree has the same key names, so loading is: read -> sanitize (shape-gated layout
 changes only) -> quantize the modules whose ``.scales`` are in the file -> one strict, shape-checked update that
 reports every problem at once.
 """
@@ -19,13 +19,14 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
+from . import layouts
 from .config import (NANO_9B_V2, NANO_9B_V2_REVISION, ModelConfig, QuantizationConfig, QuantSpec, nested_pretrained_llm,
                      parse_config, parse_rnnt_vocab)
 from .errors import CheckpointError, ConfigError, ModelUnavailable
 
 DEFAULT_MODEL = "mlx-community/NemotronLabs-VoiceChat-11B-4bit"
 # Tensors in the published files that inference never reads: BatchNorm's training counter, the PRVQ variances
-# (SPEC §2.6), and the control codes, which are fixed by the codebook size and checked by the model (SPEC §2.5).
+# (docs/model.md §2.6), and the control codes, which are fixed by the codebook size and checked by the model (docs/model.md §2.5).
 UNUSED_KEYS = re.compile(r"(num_batches_tracked|\.prvq\._variance_list\.\d+\.variance|^tts_model\._control_codes)$")
 HUB_PATTERNS = [
     "config.json",
@@ -140,7 +141,7 @@ def read_llm_config(pretrained_llm: Optional[str], checkpoint_dir: Optional[Path
 
 
 def read_rnnt_vocab(checkpoint_dir: Path) -> Optional[list]:
-    """``rnnt_tokenizer/vocab.json`` (SPEC §4.1), None when the checkpoint has none."""
+    """``rnnt_tokenizer/vocab.json`` (docs/model.md §4.1), None when the checkpoint has none."""
     path = Path(checkpoint_dir) / "rnnt_tokenizer" / "vocab.json"
     return parse_rnnt_vocab(read_json(path), str(path)) if path.is_file() else None
 
@@ -166,7 +167,7 @@ def load_config(checkpoint_dir: Path) -> ModelConfig:
 def resolve_tokenizer_file(checkpoint_dir: Path, llm_dir: Optional[Path], tokenizer: Optional[str] = None,
                            offline: bool = False) -> Path:
     """The text tokenizer: an explicit path, the checkpoint's own tokenizer.json, the local LLM directory's, or
-    Nano-9B-v2's at the revision NVIDIA pins (the release and the -mlx-* family ship none, SPEC §4.1)."""
+    Nano-9B-v2's at the revision NVIDIA pins (the release and the -mlx-* family ship none, docs/model.md §4.1)."""
     if tokenizer:
         p = Path(tokenizer).expanduser()
         p = p / "tokenizer.json" if p.is_dir() else p
@@ -208,12 +209,12 @@ def read_weights(path: Path) -> dict[str, mx.array]:
         weights.update(part)
     if not weights:
         raise CheckpointError(f"{path} holds no safetensors weights")
-    return weights
+    return layouts.as_nemo_layout(Path(path), weights)  # mlx-audio's converted folders (the fourth layout)
 
 
 def integrity_problems(weights: dict[str, mx.array]) -> list[str]:
     """Tensors that cannot be right: non-finite values anywhere, or an all-zero weight matrix (a broken download of
-    the release gave 21 all-zero tensors and a model that only says PAD, CHECKPOINTS.md §2.1)."""
+    the release gave 21 all-zero tensors and a model that only says PAD, docs/checkpoints.md §5)."""
     problems = []
     for name, w in weights.items():
         if not mx.issubdtype(w.dtype, mx.floating):
@@ -229,7 +230,7 @@ def integrity_problems(weights: dict[str, mx.array]) -> list[str]:
 # layouts
 # ----------------------------------------------------------------------------------------------------------------
 def _layout_candidates(w: mx.array) -> Iterable[tuple[str, Callable[[mx.array], mx.array]]]:
-    """PyTorch -> our layouts, by rank (CHECKPOINTS.md §2, SPEC §4.5). 3-D: Conv1d [out, in, k] -> [out, k, in]
+    """PyTorch -> our layouts, by rank (docs/checkpoints.md §2, docs/model.md §4.5). 3-D: Conv1d [out, in, k] -> [out, k, in]
     (mlx conv) and ConvTranspose1d [in, out, k] -> [in, k, out] (matmul form); 4-D: Conv2d [out, in, kh, kw] ->
     [out, kh, kw, in]; a trailing k=1 axis dropped for pointwise convs computed as matmuls."""
     if w.ndim == 3:

@@ -1,6 +1,6 @@
 """Typed configuration of the whole model, and the parsers of every published config.json format.
 
-This module only parses dicts; reading files is ``checkpoint.py``'s job. Two formats are accepted (CHECKPOINTS.md §2):
+This module only parses dicts; reading files is ``checkpoint.py``'s job. Two formats are accepted (docs/checkpoints.md §2):
 
 * nested: NVIDIA's release config (the resolved training YAML: ``model.stt.model``, ``model.speech_generation``,
   ``data``, ``_rnnt_merge_info``), also used by the ``-mlx-*`` family with an ``mlx_conversion.quantization`` block
@@ -8,8 +8,9 @@ This module only parses dicts; reading files is ``checkpoint.py``'s job. Two for
   config.json the caller reads and passes in) or the Nano-9B-v2 Hub id (public geometry below).
 * runtime: mlx-vlm's ``model_type: nemotron_voicechat`` config (``text_config``, ``audio_config``, ``tts_config``,
   ``codec_config``, ``quantization``).
+* mlx-audio's converted folders: a nested config inside mlx-audio's own block (``voicechat/layouts.py`` maps them).
 
-Every field has exactly one default, in its dataclass: what NVIDIA's code (NeMo, SPEC §4.2) uses when a config
+Every field has exactly one default, in its dataclass: what NVIDIA's code (NeMo, docs/model.md §4.2) uses when a config
 leaves the key out. The parsers pass only the keys a config has (:func:`_present`). The runtime format's own
 defaults for the few keys where mlx-vlm differs from NeMo are in ``RUNTIME_DEFAULTS``.
 """
@@ -20,15 +21,16 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
+from . import layouts
 from .errors import ConfigError
 
-FRAME_SECONDS = 0.08  # one step of the model's timeline (SPEC §1.2): 1280 input samples, 1764 output samples
+FRAME_SECONDS = 0.08  # one step of the model's timeline (docs/model.md §1.2): 1280 input samples, 1764 output samples
 MAX_INPUT_SECONDS = 600.0  # longer recordings are refused (10 minutes)
 
 NANO_9B_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
-NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"  # SPEC §4.1: the revision NVIDIA's TRT builder pins
+NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"  # docs/model.md §4.1: the revision NVIDIA's TRT builder pins
 
-# Public geometry of nvidia/NVIDIA-Nemotron-Nano-9B-v2 (SPEC §2.4, TRT _THINKER_CONFIG); used when the nested
+# Public geometry of nvidia/NVIDIA-Nemotron-Nano-9B-v2 (docs/model.md §2.4, TRT _THINKER_CONFIG); used when the nested
 # config names the Hub id and no local copy of its config.json is at hand.
 NANO_9B_V2_CONFIG = {
     "model_type": "nemotron_h",
@@ -67,7 +69,7 @@ def _derive(config, **values) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LLMConfig:
-    """Nemotron-H (SPEC §2.4). ``pattern``: one letter per layer, M = Mamba-2, * = attention, - = MLP."""
+    """Nemotron-H (docs/model.md §2.4). ``pattern``: one letter per layer, M = Mamba-2, * = attention, - = MLP."""
 
     vocab_size: int
     hidden_size: int
@@ -104,7 +106,7 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class PreprocessorConfig:
-    """NeMo AudioToMelSpectrogramPreprocessor (SPEC §2.1); defaults are NeMo's (the release uses 128 features,
+    """NeMo AudioToMelSpectrogramPreprocessor (docs/model.md §2.1); defaults are NeMo's (the release uses 128 features,
     0.025 s windows and pad_to 0)."""
 
     sample_rate: int = 16000
@@ -134,7 +136,7 @@ class PreprocessorConfig:
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """NeMo ConformerEncoder (FastConformer, SPEC §2.2); defaults are NeMo's. The release sets factor 8, 256
+    """NeMo ConformerEncoder (FastConformer, docs/model.md §2.2); defaults are NeMo's. The release sets factor 8, 256
     channels, kernel 9, layer_norm, context (70, 0) chunked_limited, no xscaling, no biases, causal downsampling."""
 
     feat_in: int
@@ -161,7 +163,7 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class RNNTConfig:
-    """NeMo RNNTDecoder + RNNTJoint grafted into the release (SPEC §2.3)."""
+    """NeMo RNNTDecoder + RNNTJoint grafted into the release (docs/model.md §2.3)."""
 
     vocab_size: int
     pred_hidden: int
@@ -187,7 +189,7 @@ class AudioConfig:
 
 @dataclass(frozen=True)
 class GemmaConfig:
-    """Gemma-3 text backbone of EAR-TTS (SPEC §2.5.2). ``layer_types``: 'full_attention' / 'sliding_attention'."""
+    """Gemma-3 text backbone of EAR-TTS (docs/model.md §2.5.2). ``layer_types``: 'full_attention' / 'sliding_attention'."""
 
     hidden_size: int
     intermediate_size: int
@@ -208,7 +210,7 @@ class GemmaConfig:
 
 @dataclass(frozen=True)
 class CharEncoderConfig:
-    """T5Gemma encoder used as the char-aware subword encoder (SPEC §2.5.3)."""
+    """T5Gemma encoder used as the char-aware subword encoder (docs/model.md §2.5.3)."""
 
     hidden_size: int
     intermediate_size: int
@@ -227,7 +229,7 @@ class CharEncoderConfig:
 
 @dataclass(frozen=True)
 class MoGConfig:
-    """Mixture-of-Gaussians head (SPEC §2.5.7)."""
+    """Mixture-of-Gaussians head (docs/model.md §2.5.7)."""
 
     intermediate_size: int
     num_layers: int
@@ -239,7 +241,7 @@ class MoGConfig:
 
 @dataclass(frozen=True)
 class TTSConfig:
-    """EAR-TTS (SPEC §2.5) plus the checkpoint's sampling defaults (SPEC §1.2 H)."""
+    """EAR-TTS (docs/model.md §2.5) plus the checkpoint's sampling defaults (docs/model.md §1.2 H)."""
 
     backbone: GemmaConfig
     char_encoder: CharEncoderConfig
@@ -261,7 +263,7 @@ class TTSConfig:
     audio_prompt_duration: float = 3.0
 
     @property
-    def speech_pad_id(self) -> int:  # SPEC §2.5: _control_codes = [bos, eos, pad] = [K+2, K+1, K]
+    def speech_pad_id(self) -> int:  # docs/model.md §2.5: _control_codes = [bos, eos, pad] = [K+2, K+1, K]
         return self.codebook_size
 
     @property
@@ -272,7 +274,7 @@ class TTSConfig:
 
 @dataclass(frozen=True)
 class CodecConfig:
-    """RVQ-VAE codec (SPEC §2.6)."""
+    """RVQ-VAE codec (docs/model.md §2.6)."""
 
     latent_size: int = 512
     n_fft: int = 16
@@ -347,7 +349,7 @@ class ModelConfig:
 class GenerationConfig:
     """Per-call settings of ``Model.generate`` (None = the checkpoint's value)."""
 
-    reference: bool = False  # NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept (SPEC §1.2 I)
+    reference: bool = False  # NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept (docs/model.md §1.2 I)
     extra_seconds: Optional[float] = None  # fixed silence appended to the input; None = until the answer ends
     max_extra_seconds: float = 10.0
     max_input_seconds: float = MAX_INPUT_SECONDS
@@ -358,13 +360,13 @@ class GenerationConfig:
     tts_top_p: Optional[float] = None
     tts_top_k: Optional[int] = None
     tts_noise_scale: Optional[float] = None
-    turn_markers: bool = False  # NVIDIA's <|t|> / <$t$> markers in the assistant text (SPEC §1.3)
+    turn_markers: bool = False  # NVIDIA's <|t|> / <$t$> markers in the assistant text (docs/model.md §1.3)
 
 
 NVIDIA_SAMPLING = dict(text_temperature=0.3, text_top_p=0.5, text_repetition_penalty=1.1)
 
 
-# Where mlx-vlm's runtime format (its config classes, CHECKPOINTS.md §2.3) means something else than NeMo for a key
+# Where mlx-vlm's runtime format (its config classes, docs/checkpoints.md §3) means something else than NeMo for a key
 # that its config.json leaves out. It carries token ids instead of token strings.
 RUNTIME_DEFAULTS = {
     "tts": dict(guidance_scale=0.2, top_p=0.95, top_k=None, noise_scale=0.001, use_audio_prompt_frozen_projection=True),
@@ -440,7 +442,7 @@ def parse_llm(d: dict) -> LLMConfig:
                         layer_norm_epsilon=(("layer_norm_epsilon", "rms_norm_eps"), float), use_conv_bias=bool,
                         mamba_proj_bias=bool, attention_bias=bool, mlp_bias=bool, time_step_limit=_time_step_limit)
     if "time_step_limit" not in optional and d.get("time_step_min") is not None:
-        # transformers' built-in Nemotron-H clamps at time_step_min when there is no limit (issue 4, SPEC §2.4)
+        # transformers' built-in Nemotron-H clamps at time_step_min when there is no limit (issue 4, docs/model.md §2.4)
         optional["time_step_limit"] = (float(d["time_step_min"]), math.inf)
     return LLMConfig(
         vocab_size=int(_get(d, "vocab_size")),
@@ -544,7 +546,7 @@ def parse_rnnt(decoder: dict, joint: dict, vocabulary: list, max_symbols: Option
 
 
 def parse_rnnt_vocab(value: Any, source: str) -> list[str]:
-    """An RNNT vocabulary: a list of pieces, or a piece -> id map with contiguous ids (SPEC §4.1)."""
+    """An RNNT vocabulary: a list of pieces, or a piece -> id map with contiguous ids (docs/model.md §4.1)."""
     if isinstance(value, list):
         return [str(p) for p in value]
     if isinstance(value, dict):
@@ -559,7 +561,7 @@ def parse_rnnt_vocab(value: Any, source: str) -> list[str]:
 # speech output path
 # ----------------------------------------------------------------------------------------------------------------
 def gemma_layer_types(n_layers: int, pattern: int) -> tuple[str, ...]:
-    """Gemma-3 rule: layer i is global iff (i + 1) % pattern == 0 (SPEC §2.5.2)."""
+    """Gemma-3 rule: layer i is global iff (i + 1) % pattern == 0 (docs/model.md §2.5.2)."""
     return tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers))
 
 
@@ -615,7 +617,7 @@ def tts_structure(tts: dict, backbone: dict, char_encoder: dict, mog: dict) -> d
 
 
 def split_top_p_or_k(value: Any) -> tuple[Optional[float], Optional[int]]:
-    """NeMo's ``inference_top_p_or_k``: an int is top-k, a float top-p (SPEC §2.5.7)."""
+    """NeMo's ``inference_top_p_or_k``: an int is top-k, a float top-p (docs/model.md §2.5.7)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"inference_top_p_or_k={value!r} is neither an int (top-k) nor a float (top-p)")
     return (None, value) if isinstance(value, int) else (float(value), None)
@@ -728,7 +730,7 @@ def parse_codec_nested(d: dict, data: tuple) -> CodecConfig:
 
 
 def parse_runtime(cfg: dict) -> ModelConfig:
-    """mlx-vlm's runtime config (``model_type: nemotron_voicechat``, CHECKPOINTS.md §2.3)."""
+    """mlx-vlm's runtime config (``model_type: nemotron_voicechat``, docs/checkpoints.md §3)."""
     audio = _get(cfg, "audio_config")
     tts = _get(cfg, "tts_config")
     codec = _get(cfg, "codec_config")
@@ -771,6 +773,9 @@ def parse_config(cfg: dict, llm_config: Optional[dict] = None, rnnt_vocab: Optio
     config refers to (the LLM's config.json dict, the RNNT vocabulary file's pieces), when there is such a file."""
     if not isinstance(cfg, dict):
         raise ConfigError("config.json is not a JSON object")
+    if layouts.is_mlx_audio(cfg):  # mlx-audio's converted folders: its own block around a nested config
+        nested, llm = layouts.nested_config(cfg)
+        return replace(parse_nested(nested, llm, rnnt_vocab), format="mlx-audio")
     if cfg.get("model_type") == "nemotron_voicechat":
         return parse_runtime(cfg)
     if isinstance(cfg.get("model"), dict) and "stt" in cfg["model"] and "speech_generation" in cfg["model"]:

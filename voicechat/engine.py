@@ -39,7 +39,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .config import GenerationConfig
-from .errors import Cancelled, VoiceChatError
+from .errors import Cancelled, ToolError, VoiceChatError
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
 
@@ -262,7 +262,7 @@ class Live(Job):
 
     def provide_tool_result(self, call_id: str, output: str) -> None:
         """The output of a call to a tool declared without a function (a ``call`` event named it); any thread. A
-        call id the session does not wait for ends the conversation with an ERROR."""
+        result for a call the session no longer waits for (late, unknown) is dropped with a warning."""
         self._inbox.put(("tool_result", call_id, output))
 
     @property
@@ -289,8 +289,8 @@ class Live(Job):
 
     def _execute(self, model) -> None:
         request: LiveRequest = self.request
-        extra = {"tools": request.tools} if request.tools else {}
-        session = model.session(request.system_prompt, request.seed, request.speaker, request.config, **extra)
+        session = model.session(request.system_prompt, request.seed, request.speaker, request.config,
+                                tools=request.tools or ())
         self._emit(LiveEvent(READY, setup_seconds=session.setup_seconds, prompt_frames=session.prompt_frames))
         try:
             while not self.cancel_requested and not session.ended:
@@ -302,18 +302,29 @@ class Live(Job):
                     elif message[0] == "flush":
                         frames = session.flush()
                     elif message[0] == "tool_result":
-                        session.provide_tool_result(message[1], message[2])
-                        frames = session.poll()
+                        frames = self._tool_result(session, *message[1:])
                     elif message[0] == "poll":  # a tool may have answered while no audio came
                         frames = session.poll() if session.tool_channel is not None and not session.ended else []
                     else:
                         break
-                    if frames:
-                        self._emit(LiveEvent(FRAMES, frames=tuple(frames), backlog_seconds=self.backlog_seconds))
+                    if frames:  # the backlog counts the user's frames a tool exchange holds back too
+                        backlog = self.backlog_seconds + session.held_seconds
+                        self._emit(LiveEvent(FRAMES, frames=tuple(frames), backlog_seconds=backlog))
                     if self.cancel_requested:
                         break
         finally:
             self._result = host_result(session.result())
+
+    @staticmethod
+    def _tool_result(session, call_id: str, output: str) -> list:
+        """A client's tool result. One the session no longer waits for (it came after the call's timeout, which
+        already answered the model with an error) is dropped with a warning: the conversation goes on."""
+        try:
+            session.provide_tool_result(call_id, output)
+        except ToolError as e:
+            print(f"voicechat: tool result dropped: {e}", file=sys.stderr)
+            return []
+        return session.poll()
 
 
 class Engine:

@@ -24,6 +24,14 @@ class AudioInputError(VoiceChatError):
     """An input recording that cannot be used (unreadable, empty, too long, NaN ...)."""
 
 
+class AudioDeviceError(VoiceChatError):
+    """No usable microphone or speaker: PortAudio missing, no device, a device that stopped during a call."""
+
+
+class FellBehind(VoiceChatError):
+    """A live conversation stopped because the model could not keep up with real time on this machine."""
+
+
 class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
 

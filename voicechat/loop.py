@@ -1,5 +1,5 @@
 """``Model``, what ``voicechat.load`` returns: a loaded checkpoint that answers recordings (``generate``) and holds
-conversations (``session``). Both run the one frame loop of :mod:`voicechat.session` (SPEC §1.2).
+conversations (``session``). Both run the one frame loop of :mod:`voicechat.session` (docs/model.md §1.2).
 
 Two output modes for ``generate`` (``GenerationConfig.reference``): NVIDIA's offline semantics (fixed length, prompt
 frames and the all-zero frame 0 kept in codes and audio), or the app's (answer timeline only, the input extended with
@@ -90,7 +90,7 @@ class Model:
         return None, resample(x, rate, self.config.codec.sample_rate)
 
     def _warmup_codec_codes(self, audio: Optional[np.ndarray]) -> np.ndarray:
-        """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (SPEC §2.5.9); the
+        """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (docs/model.md §2.5.9); the
         prompt is silence for a cached latent. They depend on the speaker audio alone: computed once per model."""
         cfg = self.config
         key = None if audio is None else hashlib.sha1(np.ascontiguousarray(audio, np.float32).tobytes()).hexdigest()
@@ -178,11 +178,11 @@ class Model:
         return time.perf_counter() - t0
 
     def prompt_length(self, system_prompt: str) -> int:
-        """Timeline positions of a system prompt: [bos] + its tokens + [eos] (SPEC §1.2 C), none without one."""
+        """Timeline positions of a system prompt: [bos] + its tokens + [eos] (docs/model.md §1.2 C), none without one."""
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:
-        """Timeline positions a recording of ``samples`` gives after the prompt (SPEC §1.2 B)."""
+        """Timeline positions a recording of ``samples`` gives after the prompt (docs/model.md §1.2 B)."""
         return timeline_frames(self.config.audio, samples)
 
 

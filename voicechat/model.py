@@ -33,7 +33,7 @@ from .tts.eartts import RVQEARTTSModel
 
 SPEAKER_KEY = re.compile(r"^tts_model\.audio_prompt_latents\.([^.]+)$")
 
-# Buffers that some published layouts omit and the model derives itself (SPEC §4.5): the mel filterbank and window,
+# Buffers that some published layouts omit and the model derives itself (docs/model.md §4.5): the mel filterbank and window,
 # the char-encoder flag tables (from the tokenizer), the TTS copy of the codebooks, and the codec silence frame.
 # The one list of them: loading (``build``), the random checkpoints and the tests use it.
 DERIVED_KEYS = (
@@ -73,7 +73,7 @@ class TTSModel(nn.Module):
 
 
 def prompt_frames(cfg: ModelConfig) -> int:
-    """Warm-up frames of the speaker prompt: int((duration * rate // 1764) * 1764) samples (SPEC §2.5.9) = 37."""
+    """Warm-up frames of the speaker prompt: int((duration * rate // 1764) * 1764) samples (docs/model.md §2.5.9) = 37."""
     spf = cfg.codec.samples_per_frame
     return int((cfg.tts.audio_prompt_duration * cfg.codec.sample_rate // spf) * spf) // spf
 
@@ -89,7 +89,7 @@ class VoiceChatModel(nn.Module):
 # building from a checkpoint
 # ----------------------------------------------------------------------------------------------------------------
 def check_llm_geometry(cfg: ModelConfig, weights: dict) -> None:
-    """The nested format takes the LLM geometry from elsewhere (SPEC §4.2): check it against the tensors first, so a
+    """The nested format takes the LLM geometry from elsewhere (docs/model.md §4.2): check it against the tensors first, so a
     mismatch is named as such rather than as a list of shape errors."""
     layers = {int(m.group(1)) for k in weights if (m := re.match(r"stt_model\.llm\.layers\.(\d+)\.", k))}
     emb = weights.get("stt_model.embed_tokens.scales", weights.get("stt_model.embed_tokens.weight"))
@@ -108,13 +108,13 @@ def check_llm_geometry(cfg: ModelConfig, weights: dict) -> None:
 
 
 def has_function_head(cfg: ModelConfig, weights: dict) -> bool:
-    """NeMo 3.0.0 checkpoints have no function head; the release and the MLX conversions do (SPEC §6.1)."""
+    """NeMo 3.0.0 checkpoints have no function head; the release and the MLX conversions do (docs/model.md §6.1)."""
     present = any(k.startswith("stt_model.function_head.") for k in weights)
     return present if cfg.use_function_head is None else cfg.use_function_head
 
 
 def keep_float32(name: str) -> bool:
-    """Rank-1 Mamba parameters stay float32 on every device (SPEC §4.5: dt_bias reaches 33.5)."""
+    """Rank-1 Mamba parameters stay float32 on every device (docs/model.md §4.5: dt_bias reaches 33.5)."""
     return name.endswith((".A_log", ".D", ".dt_bias"))
 
 

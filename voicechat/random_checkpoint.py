@@ -126,7 +126,7 @@ def rnnt_vocabulary(n: int) -> list[str]:
 
 
 def nested_config(d: dict, llm_dir: str) -> dict:
-    """NVIDIA's release config.json (SPEC §4.2 keys and values) at the given dimensions."""
+    """NVIDIA's release config.json (docs/model.md §4.2 keys and values) at the given dimensions."""
     pre = {"sample_rate": 16000, "normalize": "NA", "window_size": 0.025, "window_stride": 0.01, "window": "hann",
            "features": d["mels"], "n_fft": 512, "log": True, "frame_splicing": 1, "dither": 1e-05, "pad_to": 0}
     enc = {"feat_in": d["mels"], "feat_out": -1, "n_layers": d["enc_layers"], "d_model": d["enc_d"],
@@ -181,7 +181,7 @@ def nested_config(d: dict, llm_dir: str) -> dict:
 
 
 def runtime_config(nested: dict, llm: dict) -> dict:
-    """mlx-vlm's runtime config for a nested one (the field mapping of its converter, CHECKPOINTS.md §2.3)."""
+    """mlx-vlm's runtime config for a nested one (the field mapping of its converter, docs/checkpoints.md §3)."""
     m = nested["model"]
     stt, speech = m["stt"]["model"], m["speech_generation"]["model"]
     per, tts, codec, merge = stt["perception"], speech["tts_config"], speech["codec_config"], nested["_rnnt_merge_info"]

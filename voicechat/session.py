@@ -1,9 +1,9 @@
-"""A conversation on the 80 ms timeline (SPEC §1.2, LIVE.md §1): audio goes in as it is heard, and every timeline
+"""A conversation on the 80 ms timeline (docs/model.md §1.2, docs/streaming.md): audio goes in as it is heard, and every timeline
 position comes out as soon as its 80 ms of input are complete: the assistant's text and function tokens, 31 codec
 codes and 1764 samples of its voice.
 
 Per timeline position t (the system prompt's positions first, then one per 80 ms of input):
-    listen: the streaming encoder's frame for t (mel columns up to 8 t, SPEC §2.2.1)
+    listen: the streaming encoder's frame for t (mel columns up to 8 t, docs/model.md §2.2.1)
     think:  fused[t] = w_text E(text[t-1]) + w_user audio[t] + w_func E(function[t-1]) -> text[t], function[t]
     speak:  (t >= 1) text[t] and the codes of t-1 (silence codes when text[t] is EOS) -> 31 codes -> 1764 samples
     hear:   the RNNT transcript of the user, one encoder frame at a time
@@ -39,7 +39,7 @@ from .tts.eartts import warmup_inputs
 from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
-TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, LIVE.md §1.1); the TTS window is 7500 more
+TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
 LOOKAHEAD = 1  # positions built and queued on the device while the host reads the one before
 
@@ -176,7 +176,7 @@ class Session:
 
     Creating it does everything that comes before the first user frame: the system prompt in one LLM call, the TTS
     warm-up with the speaker, the TTS over the prompt's positions and the transcript over their (zero) frames, as
-    NVIDIA's offline loop does (SPEC §1.2 C-H). ``setup_seconds`` says how long that took."""
+    NVIDIA's offline loop does (docs/model.md §1.2 C-H). ``setup_seconds`` says how long that took."""
 
     def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
                  config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = (), *, noise=None,
@@ -234,6 +234,7 @@ class Session:
         self.llm_stream, self.speech_stream = self.model.streams()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
+        self.taken = 0  # samples fed, at their own rate
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
         self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
@@ -256,12 +257,12 @@ class Session:
         self.tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
         self.prev_code = mx.array(np.asarray(inputs.code)[-1].astype(np.int32))
         self.clock.add("tts warm-up", t0)
-        if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (SPEC §1.2 E)
+        if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, self.lm_state, mx.array(self.prompt_ids)[None])
             self.clock.add("prompt prefill", t0, self.lm_state.arrays)
         zero = mx.zeros((c.audio.encoder.d_model,))
-        prompt = [(None, zero, True)] * self.prompt_frames  # the transcript hears zeros over the prompt (SPEC §1.2 J)
+        prompt = [(None, zero, True)] * self.prompt_frames  # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
         self.prompt_output = self._run(prompt)
 
     # -- feeding -----------------------------------------------------------------------------------------------
@@ -278,10 +279,14 @@ class Session:
         -> the positions it completes."""
         if self.ended:
             raise AudioInputError("this session's input has ended (flush was called); start a new session")
-        x = self._resampled(to_float32(np.asarray(samples)), int(sample_rate), last=False)
+        x = to_float32(np.asarray(samples))
         if not np.all(np.isfinite(x)):
             raise AudioInputError("the audio contains NaN or infinite samples")
-        self._check_room(self._frames_after(self.listener.samples + len(x)))
+        # checked before the resampler takes the chunk: what it gives out never passes the rate ratio of all it took
+        taken = self.taken + len(x)
+        self._check_room(self._frames_after(-(-taken * self.input_rate // max(1, int(sample_rate)))))
+        x = self._resampled(x, int(sample_rate), last=False)
+        self.taken = taken
         block = LISTEN_BLOCK_FRAMES * self.cfg.samples_per_input_frame
         out = []
         for i in range(0, len(x), block):
@@ -344,7 +349,7 @@ class Session:
 
     def _listen(self, projected: mx.array, encoded: mx.array, valid: Optional[bool]) -> None:
         """Queue the encoder frames for the LLM. ``valid`` None: the input ended, frames past its valid length are
-        padding, which the LLM hears as zeros after a prompt (SPEC §1.2 C) and the transcript skips (J)."""
+        padding, which the LLM hears as zeros after a prompt (docs/model.md §1.2 C) and the transcript skips (J)."""
         first = self.listener.encoder.frames - projected.shape[0]
         for i in range(projected.shape[0]):
             inside = True if valid else first + i < self.listener.valid_frames
@@ -434,7 +439,7 @@ class Session:
 
     def _think(self, t: int, audio: mx.array) -> mx.array:
         """The LLM at position t: fused input from text[t-1] / function[t-1] (pad at t = 0) -> [text, function] ids:
-        text sampled (greedy by default), function greedy (SPEC §1.2 F)."""
+        text sampled (greedy by default), function greedy (docs/model.md §1.2 F)."""
         c, gen = self.cfg, self.gen
         t0 = time.perf_counter()
         with mx.stream(self.llm_stream):
@@ -479,7 +484,7 @@ class Session:
         with mx.stream(self.speech_stream):
             if t >= 1:
                 t0 = time.perf_counter()
-                if c.tts.force_silence_on_eos:  # SPEC §1.2 H: the silence codes precede an EOS frame
+                if c.tts.force_silence_on_eos:  # docs/model.md §1.2 H: the silence codes precede an EOS frame
                     self.prev_code = mx.where(text_id == c.eos_id, self.silence, self.prev_code)
                 self.prev_code = codes = self.tts.tts_model.step(
                     self.tts_state, self.prev_code, text_id, s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
@@ -524,7 +529,7 @@ class Session:
 
     def _hear(self, encoded: mx.array, valid: bool, first, built_on: int) -> None:
         """The transcript's frame on the host: the first joint call came with the position's graph (usually blank:
-        nothing more to do); symbols go on one call at a time (SPEC §1.2 J: frames past the valid length skipped).
+        nothing more to do); symbols go on one call at a time (docs/model.md §1.2 J: frames past the valid length skipped).
         A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
         positions hear nothing."""
         if self.rnnt is None or not valid or encoded is None:
@@ -542,8 +547,13 @@ class Session:
 
     # -- reading ---------------------------------------------------------------------------------------------
     @property
+    def held_seconds(self) -> float:
+        """Input heard and not yet on the timeline (a tool exchange holds the user's frames back)."""
+        return len(self.heard) * self.cfg.frame_length
+
+    @property
     def transcript(self) -> str:
-        """The user's words so far (NVIDIA's RNNT transcript string, SPEC §1.2 J)."""
+        """The user's words so far (NVIDIA's RNNT transcript string, docs/model.md §1.2 J)."""
         if self.rnnt is None:
             return ""
         return transcript_text(self.rnnt_state.tokens, self.cfg.audio.rnnt.vocabulary)
@@ -556,7 +566,7 @@ class Session:
         text, func = np.array(self.text, np.int64), np.array(self.func, np.int64)
         codes = np.array(self.codes, np.int64).reshape(-1, c.codec.num_quantizers)
         valid = p + sum(self.valid[p:])
-        # NeMo's strings: the text after the prompt, cut to the valid length (SPEC §1.2 I); with turn markers the
+        # NeMo's strings: the text after the prompt, cut to the valid length (docs/model.md §1.2 I); with turn markers the
         # untrimmed buffer whose frames past the valid length hold id 0
         kept, kept_f = list(text[p:valid]), list(func[p:valid])
         if gen.turn_markers:

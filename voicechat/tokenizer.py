@@ -17,7 +17,7 @@ _CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (
 
 class TextTokenizer:
     """Encode without special tokens and decode with special tokens skipped, as NeMo's AutoTokenizer does
-    (``text_to_ids`` / ``ids_to_text``, SPEC §1.2 C and §1.3)."""
+    (``text_to_ids`` / ``ids_to_text``, docs/model.md §1.2 C and §1.3)."""
 
     def __init__(self, path: Path):
         path = Path(path)
@@ -57,7 +57,7 @@ class TextTokenizer:
 
 def channel_text(tok: TextTokenizer, ids: Sequence[int], *, pad_id: int, bos_id: int, eos_id: int,
                  frame_length: float = 0.08, turn_markers: bool = False) -> str:
-    """A channel's per-frame ids as text (NeMo ``tokens_to_str``, SPEC §1.3): pad, bos and eos removed, special
+    """A channel's per-frame ids as text (NeMo ``tokens_to_str``, docs/model.md §1.3): pad, bos and eos removed, special
     tokens skipped. With ``turn_markers`` the ids are split at every bos / eos frame p and ``<|t|>`` (bos) or
     ``<$t$>`` (eos) with t = p * frame_length seconds is put there, pieces joined by spaces."""
     ids = [int(i) for i in ids]

@@ -19,7 +19,7 @@ from ..stt.perception import Perception
 from . import peak_memory_gb, summary, time_calls
 
 SAMPLE_RATE = 16000
-# The release's perception (SPEC §2.1-2.2): 128 mels from 25 ms windows, no padding; 24 layers of d_model 1024, 8 heads,
+# The release's perception (docs/model.md §2.1-2.2): 128 mels from 25 ms windows, no padding; 24 layers of d_model 1024, 8 heads,
 # dw_striding x8 with 256 causal channels, kernel 9, LayerNorm conv norm, no biases, no xscaling, chunked_limited
 # att_context_size [70, 0]; proj to the LLM width 4480.
 RELEASE_AUDIO = AudioConfig(

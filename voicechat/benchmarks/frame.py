@@ -31,57 +31,20 @@ from .. import compute
 import mlx.core as mx
 
 from . import count_ops, peak_memory_gb
-
-PROMPT = "You are a helpful assistant."
-FRAME = 0.08
-RATE = 16000
-WORDS_EVERY = 4  # frames between subword ids in speech (about 3 ids per second at 12.5 frames per second)
-PARAGRAPH = ("The capital of France is Paris. It sits on the Seine, in the north of the country, and about two million "
-             "people live in the city itself. Most visitors come for the museums, the food and the long walks by the "
-             "river, and many of them stay for more than a week.")
-
-
-def bench_input(frames: int, rate: int = RATE) -> np.ndarray:
-    """``frames`` x 80 ms of speech-like input: the harness question repeated (a chirp if it is not at hand)."""
-    n = round(frames * FRAME * rate)
-    wav = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nemo" / "question_16k.wav"
-    if wav.is_file():  # 16-bit PCM; the stdlib reads it (the GPU machines lack libsndfile's Python binding)
-        import wave
-
-        with wave.open(str(wav)) as f:
-            x = np.frombuffer(f.readframes(f.getnframes()), np.int16).astype(np.float32) / 32768
-    else:
-        t = np.arange(rate * 2) / rate
-        x = (0.3 * np.sin(2 * np.pi * (200 + 400 * t) * t)).astype(np.float32)
-    return np.resize(x, n).astype(np.float32)
+from .workload import FRAME, PARAGRAPH, PROMPT, RATE, bench_input, stats, text_id_at
 
 
 def speech_script(model, prompt_frames: int):
-    """The text channel of the ``speech`` workload: after the prompt, a new subword id of the paragraph every
-    ``WORDS_EVERY`` frames (the paragraph again when it runs out), pad between; the function channel as the model
-    says. -> script(t) -> (text_id, None) for the session's seam."""
+    """The text channel of the ``speech`` workload (``workload.text_id_at``: pad over the prompt too); the function
+    channel as the model says. -> script(t) -> (text_id, None) for the session's seam."""
     ids = model.tokenizer.encode(PARAGRAPH)
     pad = model.config.pad_id
 
     def script(t: int) -> tuple[int, None]:
-        k = t - prompt_frames
-        if k < 0 or k % WORDS_EVERY:
-            return pad, None
-        return ids[(k // WORDS_EVERY) % len(ids)], None
+        scripted = text_id_at(t, prompt_frames, ids, pad)
+        return (pad if scripted is None else scripted), None
 
     return script
-
-
-def stats(values: list[float]) -> dict:
-    ms = sorted(v * 1e3 for v in values)
-    if not ms:
-        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "n": 0}
-
-    def pick(q):
-        return ms[min(len(ms) - 1, round(q * (len(ms) - 1)))]
-
-    return {"mean": statistics.fmean(ms), "p50": statistics.median(ms), "p95": pick(0.95), "p99": pick(0.99),
-            "max": ms[-1], "n": len(ms)}
 
 
 def frame_ops(model) -> dict:

@@ -22,7 +22,7 @@ from ..tts.mog import KeyNoise
 
 TEXT_VOCAB_SIZE = 131072  # Nemotron tokenizer
 FRAMES = 37  # warm-up frames of a 3 s prompt
-# SPEC §2.5: the release's EAR-TTS geometry
+# docs/model.md §2.5: the release's EAR-TTS geometry
 RELEASE_TTS = TTSConfig(
     backbone=GemmaConfig(hidden_size=1152, intermediate_size=4608, num_hidden_layers=28, num_attention_heads=16,
                          num_key_value_heads=16, head_dim=72, layer_types=gemma_layer_types(28, 6),

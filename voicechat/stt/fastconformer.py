@@ -1,7 +1,7 @@
-"""FastConformer encoder: NeMo's ConformerEncoder at inference (SPEC §2.2), ``stt_model.perception.encoder.*``.
+"""FastConformer encoder: NeMo's ConformerEncoder at inference (docs/model.md §2.2), ``stt_model.perception.encoder.*``.
 
 log-mel [B, T, F] -> dw-striding subsampling x8 (``pre_encode``) -> (x sqrt(d_model) if xscaling) -> conformer layers
--> [B, T / 8, d_model]. Module attribute names are the checkpoint's key names (SPEC §2.2.4).
+-> [B, T / 8, d_model]. Module attribute names are the checkpoint's key names (docs/model.md §2.2.4).
 
 Self-attention is NeMo's relative-position attention with its masks (limited context + padding), computed over
 blocks of queries against only the keys their context can reach, so memory grows linearly with the input length:
@@ -26,9 +26,9 @@ from ..layers import CausalDepthwiseConv
 
 SUBSAMPLING_KERNEL = 3
 SUBSAMPLING_STRIDE = 2
-NORM_EPS = 1e-5  # torch.nn.LayerNorm / BatchNorm1d default, all conformer norms (SPEC §2.2.4)
-MASKED_SCORE = -10000.0  # NeMo's INF_VAL fill for masked attention scores (SPEC §2.2.3)
-POS_EMB_BASE = 10000.0  # sinusoid base of the relative positional encoding (SPEC §2.2.2)
+NORM_EPS = 1e-5  # torch.nn.LayerNorm / BatchNorm1d default, all conformer norms (docs/model.md §2.2.4)
+MASKED_SCORE = -10000.0  # NeMo's INF_VAL fill for masked attention scores (docs/model.md §2.2.3)
+POS_EMB_BASE = 10000.0  # sinusoid base of the relative positional encoding (docs/model.md §2.2.2)
 QUERY_BLOCK = 64  # queries per attention block; any value gives the same result, this one suits CPU BLAS
 
 
@@ -37,7 +37,7 @@ QUERY_BLOCK = 64  # queries per attention block; any value gives the same result
 # ----------------------------------------------------------------------------------------------------------------
 def subsampling_padding(causal: bool) -> tuple[int, int]:
     """(left, right) zero padding of each stride-2 conv, on time and frequency alike: CausalConv2D pads
-    (kernel - 1, stride - 1), the symmetric variant (kernel - 1) // 2 on both sides (SPEC §2.2.1)."""
+    (kernel - 1, stride - 1), the symmetric variant (kernel - 1) // 2 on both sides (docs/model.md §2.2.1)."""
     if causal:
         return SUBSAMPLING_KERNEL - 1, SUBSAMPLING_STRIDE - 1
     return (SUBSAMPLING_KERNEL - 1) // 2, (SUBSAMPLING_KERNEL - 1) // 2
@@ -66,7 +66,7 @@ def zero_past_length(x: mx.array, lengths: mx.array) -> mx.array:
 class ConvSubsampling(nn.Module):
     """``pre_encode``: ``conv`` mirrors NeMo's MaskedConvSequential, [conv3x3/2, ReLU, (depthwise 3x3/2, 1x1, ReLU)
     x (log2(factor) - 1)], so the convs sit at indices 0, 2, 3, 5, 6; ``out`` maps channels x frequency to d_model.
-    Frames past the running length are zeroed before every layer and after the last one (SPEC §2.2.1)."""
+    Frames past the running length are zeroed before every layer and after the last one (docs/model.md §2.2.1)."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -109,7 +109,7 @@ class ConvSubsampling(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 def context_reach(cfg: EncoderConfig, length: int) -> tuple[int, int]:
     """How far left and right of a query its context can reach: (max i - j, max j - i) over allowed pairs, capped at
-    length - 1. chunked_limited [L, R]: chunks of R + 1 frames, L // (R + 1) chunks to the left (SPEC §2.2.3)."""
+    length - 1. chunked_limited [L, R]: chunks of R + 1 frames, L // (R + 1) chunks to the left (docs/model.md §2.2.3)."""
     left, right = cfg.att_context_size
     cap = max(length - 1, 0)
     if cfg.att_context_style == "chunked_limited" and right >= 0:
@@ -138,7 +138,7 @@ def context_allows(cfg: EncoderConfig, i: mx.array, j: mx.array) -> mx.array:
 
 def relative_positional_encoding(positions: mx.array, d_model: int) -> mx.array:
     """Sinusoids of relative distances: pe[p, 2k] = sin(p w_k), pe[p, 2k + 1] = cos(p w_k), w_k = 10000^(-2k / d),
-    computed in float32 like NeMo's table (SPEC §2.2.2). [P] -> [P, d_model]."""
+    computed in float32 like NeMo's table (docs/model.md §2.2.2). [P] -> [P, d_model]."""
     rates = mx.exp(mx.arange(0, d_model, 2, dtype=mx.float32) * -(math.log(POS_EMB_BASE) / d_model))
     angles = positions.astype(mx.float32)[:, None] * rates[None, :]
     return mx.stack([mx.sin(angles), mx.cos(angles)], axis=-1).reshape(positions.shape[0], d_model)
@@ -229,7 +229,7 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
 def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p: mx.array,
                        ctx: AttentionContext) -> mx.array:
     """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
-    masked probabilities zeroed, so a query outside the length gets exactly 0 (SPEC §2.2.3-4). Computed as scaled
+    masked probabilities zeroed, so a query outside the length gets exactly 0 (docs/model.md §2.2.3-4). Computed as scaled
     dot-product attention of each query block over its key band, the position scores and the mask as its additive
     bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
     q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
@@ -322,7 +322,7 @@ def conv_norm(cfg: EncoderConfig) -> nn.Module:
 
 class ConformerConvolution(nn.Module):
     """pointwise_conv1 (d -> 2d) -> GLU -> padded frames zeroed -> causal depthwise conv (left pad kernel - 1) ->
-    norm -> SiLU -> pointwise_conv2 (SPEC §2.2.4). Pointwise convs are computed as Linears ([out, in] weights)."""
+    norm -> SiLU -> pointwise_conv2 (docs/model.md §2.2.4). Pointwise convs are computed as Linears ([out, in] weights)."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -347,7 +347,7 @@ class ConformerConvolution(nn.Module):
 
 
 class ConformerLayer(nn.Module):
-    """x + FF1/2 -> + MHSA -> + Conv -> + FF2/2 -> LayerNorm (SPEC §2.2.4)."""
+    """x + FF1/2 -> + MHSA -> + Conv -> + FF2/2 -> LayerNorm (docs/model.md §2.2.4)."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -398,7 +398,7 @@ class ConformerEncoder(nn.Module):
         return self.layer_outputs(x, lengths)[-1], lengths
 
     def scale_input(self, x: mx.array) -> mx.array:
-        """NeMo's ``pos_enc`` scales the subsampled input by sqrt(d_model) when xscaling is on (SPEC §2.2.2)."""
+        """NeMo's ``pos_enc`` scales the subsampled input by sqrt(d_model) when xscaling is on (docs/model.md §2.2.2)."""
         return x * math.sqrt(self.cfg.d_model) if self.cfg.xscaling else x
 
     def context(self, length: int, lengths: mx.array) -> AttentionContext:
@@ -466,7 +466,7 @@ class Constants:
 
 def check_streamable(cfg: EncoderConfig) -> None:
     """A stream needs every frame to depend on earlier input only: causal subsampling and no right attention
-    context (the release: ``causal_downsampling``, chunked_limited [70, 0], causal convs; SPEC §2.2)."""
+    context (the release: ``causal_downsampling``, chunked_limited [70, 0], causal convs; docs/model.md §2.2)."""
     if not cfg.causal_downsampling or context_reach(cfg, 1 << 30)[1] != 0:
         raise ConfigError("this checkpoint's speech encoder looks ahead (non-causal subsampling or right attention "
                           "context), so it cannot listen frame by frame")
@@ -487,7 +487,7 @@ def zero_rows_from(x: mx.array, start: int, length: Optional[int]) -> mx.array:
 class SubsamplingStream:
     """``pre_encode`` over mel rows that arrive in pieces. Each stride-2 conv keeps the input rows its next output
     still needs (first its causal left padding of zeros); ``push(..., end=L)`` adds the right padding and NeMo's
-    zeroing of rows at and past each layer's valid length (SPEC §2.2.1), so pieces give the rows of the whole."""
+    zeroing of rows at and past each layer's valid length (docs/model.md §2.2.1), so pieces give the rows of the whole."""
 
     def __init__(self, sub: ConvSubsampling):
         self.sub = sub

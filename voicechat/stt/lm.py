@@ -1,4 +1,4 @@
-"""The STT language-model position: fuse the input channels, run Nemotron-H, read the heads (SPEC §1.2 C-F).
+"""The STT language-model position: fuse the input channels, run Nemotron-H, read the heads (docs/model.md §1.2 C-F).
 
 Functions over a duck-typed ``stt`` object with ``embed_tokens`` (nn.Embedding / nn.QuantizedEmbedding), ``llm``
 (:class:`~voicechat.stt.nemotron_h.NemotronH`), ``lm_head`` and ``function_head`` (None when the checkpoint has none,
@@ -26,7 +26,7 @@ def _token_id(cfg: ModelConfig, name: str) -> int:
 
 
 def text_logit_bias(cfg: ModelConfig) -> Optional[mx.array]:
-    """[V] offsets added to the text logits: ``inference_{pad,bos,eos}_boost`` at their ids (SPEC §1.2 F, added one
+    """[V] offsets added to the text logits: ``inference_{pad,bos,eos}_boost`` at their ids (docs/model.md §1.2 F, added one
     after another, so they accumulate when two ids coincide); None when no boost is set."""
     boosts = [(name, value) for name, value in (("pad", cfg.pad_boost), ("bos", cfg.bos_boost), ("eos", cfg.eos_boost))
               if value]
@@ -58,7 +58,7 @@ def _weighted(weight: float, x: mx.array) -> mx.array:
 
 def fuse(stt, cfg: ModelConfig, audio: mx.array, prev_text: mx.array,
          prev_function: Optional[mx.array] = None) -> mx.array:
-    """``w_text*E(text[t-1]) + w_user*audio[t] + w_func*E(func[t-1])`` (SPEC §1.2 D/F, BR's AddFusion); no function
+    """``w_text*E(text[t-1]) + w_user*audio[t] + w_func*E(func[t-1])`` (docs/model.md §1.2 D/F, BR's AddFusion); no function
     term when ``stt.function_head`` is None (NeMo 3.0.0). ``prev_function`` None means pad.
 
     audio [B, L, hidden], prev ids [B, L] -> [B, L, hidden]"""
@@ -71,7 +71,7 @@ def fuse(stt, cfg: ModelConfig, audio: mx.array, prev_text: mx.array,
 
 
 def read_heads(stt, state: LMState, hidden: mx.array) -> tuple[mx.array, Optional[mx.array]]:
-    """Both heads on the same normed hidden state (SPEC §2.4); text logits get the boosts.
+    """Both heads on the same normed hidden state (docs/model.md §2.4); text logits get the boosts.
     hidden [..., hidden] -> text_logits [..., V], function_logits [..., V] | None"""
     text = stt.lm_head(hidden)
     if state.text_bias is not None:
@@ -81,7 +81,7 @@ def read_heads(stt, state: LMState, hidden: mx.array) -> tuple[mx.array, Optiona
 
 
 def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array) -> tuple[mx.array, Optional[mx.array]]:
-    """The whole system prompt in one LLM call (SPEC §1.2 C-E): prompt embeddings on the audio channel (times the
+    """The whole system prompt in one LLM call (docs/model.md §1.2 C-E): prompt embeddings on the audio channel (times the
     user weight), pad on the text and function channels at every prompt position. Returns the last position's
     (text_logits [B, V], function_logits [B, V] | None); prompt positions predict nothing, so the loop's next
     previous-token ids are pad.
@@ -94,7 +94,7 @@ def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array) -> tupl
 
 def step(stt, cfg: ModelConfig, state: LMState, audio: mx.array, prev_text: mx.array,
          prev_function: Optional[mx.array] = None) -> tuple[mx.array, Optional[mx.array]]:
-    """One timeline position (SPEC §1.2 F): fuse, one cached LLM step, both heads.
+    """One timeline position (docs/model.md §1.2 F): fuse, one cached LLM step, both heads.
 
     audio [B, hidden], prev_text / prev_function [B] -> text_logits [B, V], function_logits [B, V] | None"""
     prev_function = None if prev_function is None else prev_function[:, None]

@@ -1,4 +1,4 @@
-"""Log-mel frontend: NeMo's AudioToMelSpectrogramPreprocessor / FilterbankFeatures at inference (SPEC §2.1).
+"""Log-mel frontend: NeMo's AudioToMelSpectrogramPreprocessor / FilterbankFeatures at inference (docs/model.md §2.1).
 
 waveform [B, N] -> pre-emphasis -> zero-padded centred STFT (symmetric Hann) -> power -> Slaney mel -> log(x + guard)
 -> frames at and past the valid length set to ``pad_value`` -> padded to a multiple of ``pad_to``.
@@ -21,11 +21,12 @@ from ..config import PreprocessorConfig
 # ----------------------------------------------------------------------------------------------------------------
 # constant tables (numpy, rounded to float32 where the torch / librosa originals round)
 # ----------------------------------------------------------------------------------------------------------------
-def hann_window(length: int) -> np.ndarray:
-    """Symmetric Hann window, ``torch.hann_window(length, periodic=False)`` (SPEC §2.1.4), evaluated in float32 the
-    way torch does (n * float32(2 pi / (length - 1)), cos, * -0.5 + 0.5)."""
+def hann_window(length: int, periodic: bool) -> np.ndarray:
+    """``torch.hann_window(length, periodic)``, evaluated in float32 the way torch does (n * float32(2 pi / N), cos,
+    * -0.5 + 0.5) with N = length (periodic: the codec's iSTFT) or length - 1 (symmetric: the mel, docs/model.md
+    §2.1.4)."""
     n = np.arange(length, dtype=np.float32)
-    step = np.float32(2.0 * math.pi / (length - 1))
+    step = np.float32(2.0 * math.pi / (length if periodic else length - 1))
     return np.cos(n * step) * np.float32(-0.5) + np.float32(0.5)
 
 
@@ -70,7 +71,7 @@ def slaney_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float
 # ----------------------------------------------------------------------------------------------------------------
 def valid_frames(num_samples, n_fft: int, hop: int):
     """Frames NeMo counts as valid: floor((N + 2 * (n_fft // 2) - n_fft) / hop) = floor(N / hop) for an even n_fft
-    (SPEC §2.1.2). The STFT itself has one frame more."""
+    (docs/model.md §2.1.2). The STFT itself has one frame more."""
     return (num_samples + 2 * (n_fft // 2) - n_fft) // hop
 
 
@@ -93,7 +94,7 @@ class Featurizer(nn.Module):
         super().__init__()
         self.cfg = cfg
         fmax = cfg.highfreq if cfg.highfreq is not None else cfg.sample_rate / 2
-        self.window = mx.array(hann_window(cfg.win_length))
+        self.window = mx.array(hann_window(cfg.win_length, periodic=False))
         self.fb = mx.array(slaney_mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.features, cfg.lowfreq, fmax)[None])
 
     def __call__(self, audio: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
@@ -107,14 +108,14 @@ class Featurizer(nn.Module):
         return self.pad_frames(features, frame_lengths), frame_lengths
 
     def pre_emphasis(self, audio: mx.array, lengths: mx.array) -> mx.array:
-        """x'[0] = x[0], x'[n] = x[n] - preemph * x[n - 1]; samples at and past the length zeroed (SPEC §2.1.3)."""
+        """x'[0] = x[0], x'[n] = x[n] - preemph * x[n - 1]; samples at and past the length zeroed (docs/model.md §2.1.3)."""
         emphasized = mx.concatenate([audio[:, :1], audio[:, 1:] - self.cfg.preemph * audio[:, :-1]], axis=1)
         inside = mx.arange(audio.shape[1])[None, :] < lengths[:, None]
         return mx.where(inside, emphasized, 0.0)
 
     def log_mel(self, frames: mx.array) -> mx.array:
         """STFT frames of the pre-emphasized signal [B, T, n_fft] -> log-mel [B, T, F]: the window centred in n_fft,
-        one-sided FFT, |X| ** mag_power, Slaney mel, log(x + guard) (SPEC §2.1.4-7). float32 like NeMo: in bins 60 dB
+        one-sided FFT, |X| ** mag_power, Slaney mel, log(x + guard) (docs/model.md §2.1.4-7). float32 like NeMo: in bins 60 dB
         below their frame, float32 FFT rounding (ours and NeMo's MKL one) reaches ~1e-4 in the log domain."""
         cfg = self.cfg
         left = (cfg.n_fft - cfg.win_length) // 2
@@ -125,7 +126,7 @@ class Featurizer(nn.Module):
 
     def pad_frames(self, features: mx.array, frame_lengths: mx.array) -> mx.array:
         """Frames at and past the valid length become ``pad_value`` (0.0, not the log floor), then the time axis is
-        padded with it to a multiple of ``pad_to`` (SPEC §2.1.9)."""
+        padded with it to a multiple of ``pad_to`` (docs/model.md §2.1.9)."""
         cfg = self.cfg
         inside = mx.arange(features.shape[1])[None, :, None] < frame_lengths[:, None, None]
         features = mx.where(inside, features, cfg.pad_value)
@@ -149,9 +150,9 @@ class Preprocessor(nn.Module):
 
 class MelStream:
     """The log-mel columns of a signal that arrives in pieces, each computed once, when the samples of its STFT frame
-    are all in: column j spans samples [hop j - n_fft / 2, hop j + n_fft / 2) (SPEC §2.1.4). ``finish`` ends the signal
+    are all in: column j spans samples [hop j - n_fft / 2, hop j + n_fft / 2) (docs/model.md §2.1.4). ``finish`` ends the signal
     the way NeMo ends a recording: the pre-emphasized samples past its end are zero, the centred STFT's frames run to
-    1 + N // hop, and the columns at and past the valid length N // hop are ``pad_value`` (SPEC §2.1.9). So the
+    1 + N // hop, and the columns at and past the valid length N // hop are ``pad_value`` (docs/model.md §2.1.9). So the
     columns of pieces pushed and then finished are those of the whole recording at once."""
 
     def __init__(self, featurizer: Featurizer):

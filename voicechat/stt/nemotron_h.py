@@ -1,4 +1,4 @@
-"""Nemotron-H, the LLM of the STT side (``stt_model.llm.*``, SPEC §2.4).
+"""Nemotron-H, the LLM of the STT side (``stt_model.llm.*``, docs/model.md §2.4).
 
 A hybrid stack with one block per pattern letter: ``M`` Mamba-2 mixer, ``*`` attention (GQA, no positional
 encoding), ``-`` squared-ReLU MLP. Every block is ``x + mixer(RMSNorm(x))`` and ``norm_f`` closes the stack, so the
@@ -58,7 +58,7 @@ class LLMCache:
 # norms
 # ----------------------------------------------------------------------------------------------------------------
 class RMSNorm(nn.Module):
-    """``weight * x / sqrt(mean(x^2) + eps)`` in float32, no +1 offset (SPEC §2.4)."""
+    """``weight * x / sqrt(mean(x^2) + eps)`` in float32, no +1 offset (docs/model.md §2.4)."""
 
     def __init__(self, dims: int, eps: float):
         super().__init__()
@@ -71,7 +71,7 @@ class RMSNorm(nn.Module):
 
 class GatedRMSNorm(nn.Module):
     """Mamba's output norm with norm_before_gate=False: ``y * silu(z)``, RMS-normalised per group of
-    ``dims / groups`` channels, times ``weight`` (SPEC §2.4)."""
+    ``dims / groups`` channels, times ``weight`` (docs/model.md §2.4)."""
 
     def __init__(self, dims: int, groups: int, eps: float):
         super().__init__()
@@ -91,7 +91,7 @@ class GatedRMSNorm(nn.Module):
 # Mamba-2 math
 # ----------------------------------------------------------------------------------------------------------------
 def step_sizes(dt: mx.array, dt_bias: mx.array, low: float, high: float) -> mx.array:
-    """``clip(softplus(dt + dt_bias), low, high)``: the per-head time step (SPEC §2.4, time_step_limit)."""
+    """``clip(softplus(dt + dt_bias), low, high)``: the per-head time step (docs/model.md §2.4, time_step_limit)."""
     return mx.clip(nn.softplus(dt + dt_bias), low, None if math.isinf(high) else high)
 
 
@@ -167,7 +167,7 @@ def ssd_scan(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, c
 # mixers
 # ----------------------------------------------------------------------------------------------------------------
 class Mamba2Mixer(nn.Module):
-    """``layers.N.mixer`` for pattern letter M (SPEC §2.4)."""
+    """``layers.N.mixer`` for pattern letter M (docs/model.md §2.4)."""
 
     def __init__(self, cfg: LLMConfig):
         super().__init__()

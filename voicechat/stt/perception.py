@@ -1,4 +1,4 @@
-"""Speech input path: ``stt_model.perception.*`` = log-mel preprocessor -> FastConformer -> ``proj`` (SPEC §2.2.5).
+"""Speech input path: ``stt_model.perception.*`` = log-mel preprocessor -> FastConformer -> ``proj`` (docs/model.md §2.2.5).
 
 The modality adapter of this model is NeMo's IdentityConnector (no weights), so the encoder output goes straight
 into ``proj``, a Linear d_model -> LLM width with bias.
@@ -30,7 +30,7 @@ class Perception(nn.Module):
     def __call__(self, audio: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """audio [B, N] float32 at 16 kHz, lengths [B] -> (projected [B, T, output_dim], valid lengths [B],
         encoder output [B, T, d_model]). T is the tensor length: one more than the valid length when
-        floor(N / 160) = 1 (mod 8) (SPEC §1.2 B)."""
+        floor(N / 160) = 1 (mod 8) (docs/model.md §1.2 B)."""
         features, feature_lengths = self.preprocessor(audio, lengths)
         encoded, lengths = self.encoder(features, feature_lengths)
         return self.proj(encoded), lengths, encoded
@@ -52,7 +52,7 @@ class Perception(nn.Module):
 
 def timeline_frames(cfg: AudioConfig, samples: int) -> int:
     """Encoder frames of a recording of ``samples``: those of its 1 + N // hop mel columns (padded to ``pad_to``),
-    SPEC §1.2 B; one more than the valid ones when N // hop = 1 (mod 8)."""
+    docs/model.md §1.2 B; one more than the valid ones when N // hop = 1 (mod 8)."""
     pre, enc = cfg.preprocessor, cfg.encoder
     columns = 1 + samples // pre.hop_length
     if pre.pad_to > 0:
@@ -62,8 +62,8 @@ def timeline_frames(cfg: AudioConfig, samples: int) -> int:
 
 class PerceptionStream:
     """:class:`Perception` over a recording that arrives in pieces: 16 kHz samples in, each encoder frame out once
-    its input is complete (frame k once samples up to 1280 k + 256 are in, LIVE.md §1.1). ``finish`` ends the input
-    as NeMo ends a recording (SPEC §2.1.9, §2.2.1), so the frames of the pieces are the frames of the whole."""
+    its input is complete (frame k once samples up to 1280 k + 256 are in, docs/streaming.md §2). ``finish`` ends the input
+    as NeMo ends a recording (docs/model.md §2.1.9, §2.2.1), so the frames of the pieces are the frames of the whole."""
 
     def __init__(self, perception: Perception):
         self.perception = perception

@@ -1,6 +1,6 @@
-"""RNNT user-transcript head (BR/TRT only, SPEC §2.3): ``stt_model.rnnt_decoder.*`` and ``stt_model.rnnt_joint.*``,
+"""RNNT user-transcript head (BR/TRT only, docs/model.md §2.3): ``stt_model.rnnt_decoder.*`` and ``stt_model.rnnt_joint.*``,
 NeMo's RNNTDecoder (embedding + LSTM prediction network) and RNNTJoint, with NeMo's greedy decoding run one encoder
-frame at a time (SPEC §1.2 J: the duplex loop feeds one ``asr_emb`` frame per 80 ms step and carries the
+frame at a time (docs/model.md §1.2 J: the duplex loop feeds one ``asr_emb`` frame per 80 ms step and carries the
 hypothesis), and NVIDIA's transcript normalisation.
 """
 
@@ -72,7 +72,7 @@ class PredictionNetwork(nn.Module):
 
 
 class RNNTDecoder(nn.Module):
-    """``stt_model.rnnt_decoder``: the prediction network g = LSTM(embed(last token)) (SPEC §2.3)."""
+    """``stt_model.rnnt_decoder``: the prediction network g = LSTM(embed(last token)) (docs/model.md §2.3)."""
 
     def __init__(self, cfg: RNNTConfig):
         super().__init__()
@@ -91,7 +91,7 @@ class RNNTDecoder(nn.Module):
 
 class RNNTJoint(nn.Module):
     """``stt_model.rnnt_joint``: logits = joint_net(enc(f) + pred(g)), ``joint_net`` = [ReLU, Dropout?, Linear] as
-    NeMo's Sequential, so the Linear is ``joint_net.2`` when the ASR config had joint dropout > 0 (SPEC §2.3)."""
+    NeMo's Sequential, so the Linear is ``joint_net.2`` when the ASR config had joint dropout > 0 (docs/model.md §2.3)."""
 
     def __init__(self, cfg: RNNTConfig):
         super().__init__()
@@ -121,7 +121,7 @@ class RNNTState:
 
 
 class RNNTGreedy:
-    """NeMo's ``GreedyRNNTInfer._greedy_decode`` for one frame at a time with a carried hypothesis (SPEC §2.3): at
+    """NeMo's ``GreedyRNNTInfer._greedy_decode`` for one frame at a time with a carried hypothesis (docs/model.md §2.3): at
     each frame, up to ``max_symbols`` times: run the prediction network on the last token (start of sequence: zero
     input, zero state), take the argmax of the joint; blank ends the frame, any other id is emitted and its state
     committed."""
@@ -167,7 +167,7 @@ class RNNTGreedy:
 # text
 # ----------------------------------------------------------------------------------------------------------------
 def transcript_text(ids: Sequence[int], vocabulary: Sequence[str]) -> str:
-    """NVIDIA's transcript string (BR ``_rnnt_hypotheses_to_src_text``, SPEC §1.2 J): the pieces joined (NeMo's
+    """NVIDIA's transcript string (BR ``_rnnt_hypotheses_to_src_text``, docs/model.md §1.2 J): the pieces joined (NeMo's
     ``RNNTDecoding`` with a vocabulary), stripped, '▁' -> space, runs of spaces collapsed, stripped, whitespace
     before '.', ',' and '?' removed."""
     text = "".join(vocabulary[i] for i in ids).strip()

@@ -1,4 +1,4 @@
-"""The audio codec: NVIDIA's RVQ-VAE (``tts_model.audio_codec.*``, SPEC §2.6), 22.05 kHz <-> 12.5 codes/s.
+"""The audio codec: NVIDIA's RVQ-VAE (``tts_model.audio_codec.*``, docs/model.md §2.6), 22.05 kHz <-> 12.5 codes/s.
 
 waveform --STFT--> [real, imag] channels --encoder--> latent --PRVQ--> codes [B, T, Q]
 codes --PRVQ means--> latent --decoder--> (magnitude, phase) --iSTFT--> waveform
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -23,18 +24,20 @@ import mlx.nn as nn
 from ..config import CodecConfig
 from ..errors import ConfigError
 from ..layers import CausalDepthwiseConv
+from ..stt.mel import hann_window
 
-MAX_MAGNITUDE = 100.0  # SPEC §2.6: decoder head bounds the magnitude to (0, 100)
-LAYER_NORM_EPS = 1e-6  # SPEC §2.6: LayerNormNd default
-SILENCE_SECONDS = 10  # SPEC §2.5.10: the silence frame is taken from 10 s of zeros
+MAX_MAGNITUDE = 100.0  # docs/model.md §2.6: decoder head bounds the magnitude to (0, 100)
+LAYER_NORM_EPS = 1e-6  # docs/model.md §2.6: LayerNormNd default
+SILENCE_SECONDS = 10  # docs/model.md §2.5.10: the silence frame is taken from 10 s of zeros
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# signal processing (SPEC §2.6)
+# signal processing (docs/model.md §2.6)
 # ----------------------------------------------------------------------------------------------------------------
-def hann_window(n: int) -> mx.array:
-    """Periodic Hann window (``torch.hann_window(n)``): 0.5 - 0.5 cos(2 pi k / n), k = 0..n-1."""
-    return mx.array(0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n), dtype=mx.float32)
+@lru_cache(maxsize=None)
+def periodic_hann(n: int) -> mx.array:
+    """The iSTFT window (docs/model.md §2.6): ``torch.hann_window(n)``, periodic (made once per size)."""
+    return mx.array(hann_window(n, periodic=True))
 
 
 def overlap_add(frames: mx.array, hop: int, carry: Optional[mx.array] = None) -> mx.array:
@@ -70,18 +73,18 @@ def frame_signal(signal: mx.array, n: int, hop: int) -> mx.array:
 
 def stft_channels(wave: mx.array, n_fft: int, hop: int) -> mx.array:
     """Encoder input: zero pad (n_fft - hop)/2 on each side, periodic Hann, no centring, one-sided DFT; channels
-    [real(n_fft/2 + 1), imag(n_fft/2 + 1)] (SPEC §2.6, ``spectrogram`` + ``Wav2Latent.forward``).
+    [real(n_fft/2 + 1), imag(n_fft/2 + 1)] (docs/model.md §2.6, ``spectrogram`` + ``Wav2Latent.forward``).
 
     [B, N] -> [B, N / hop, n_fft + 2]
     """
     left = (n_fft - hop) // 2
     padded = mx.pad(wave.astype(mx.float32), [(0, 0), (left, n_fft - hop - left)])
-    spec = mx.fft.rfft(frame_signal(padded, n_fft, hop) * hann_window(n_fft), axis=-1)
+    spec = mx.fft.rfft(frame_signal(padded, n_fft, hop) * periodic_hann(n_fft), axis=-1)
     return mx.concatenate([mx.real(spec), mx.imag(spec)], axis=-1)
 
 
 def bounded_magnitude(m: mx.array) -> mx.array:
-    """100 * exp(-softplus(-m + ln 100)): a smooth magnitude in (0, 100), about exp(m) for small m (SPEC §2.6)."""
+    """100 * exp(-softplus(-m + ln 100)): a smooth magnitude in (0, 100), about exp(m) for small m (docs/model.md §2.6)."""
     return MAX_MAGNITUDE * mx.exp(-nn.softplus(math.log(MAX_MAGNITUDE) - m))
 
 
@@ -103,7 +106,7 @@ def windowed_frames(spec: mx.array, n_fft: int) -> mx.array:
 
     [B, T, bins] complex -> [B, T, n_fft]
     """
-    window = hann_window(n_fft)
+    window = periodic_hann(n_fft)
     frames = mx.fft.irfft(spec, n=n_fft, axis=-1)
     return mx.clip(frames, -window, window) * window
 
@@ -112,7 +115,7 @@ def windowed_frames(spec: mx.array, n_fft: int) -> mx.array:
 # layers (channels last: [B, T, C])
 # ----------------------------------------------------------------------------------------------------------------
 class ConvNeXtBlock(nn.Module):
-    """x + pwconv2(gelu(pwconv1(norm(dwconv(left-padded x))))), exact erf GELU (SPEC §2.6, ``ConvNeXt1d``)."""
+    """x + pwconv2(gelu(pwconv1(norm(dwconv(left-padded x))))), exact erf GELU (docs/model.md §2.6, ``ConvNeXt1d``)."""
 
     def __init__(self, channels: int, kernel_size: int):
         super().__init__()
@@ -327,7 +330,7 @@ class AudioCodec(nn.Module):
         return StreamingDecoder(self, batch_size)
 
     def silence_codes(self) -> mx.array:
-        """NeMo's ``get_codec_silence_frame`` (SPEC §2.5.10): the most frequent code frame of 10 s of zeros padded
+        """NeMo's ``get_codec_silence_frame`` (docs/model.md §2.5.10): the most frequent code frame of 10 s of zeros padded
         to whole frames; ties go to the frame seen first. For checkpoints without ``tts_model.codec_silence_tokens``.
 
         -> [Q] int32
@@ -403,7 +406,7 @@ class StreamingDecoder:
             piece, *self.histories = self.codec.decode_frame(arr[:, i:i + 1], *self.histories)
             pieces.append(piece)
         frames = mx.concatenate(pieces, axis=1)  # [B, F, n_fft]
-        window_sq = mx.broadcast_to(hann_window(self.n_fft) ** 2, (1, *frames.shape[1:]))
+        window_sq = mx.broadcast_to(periodic_hann(self.n_fft) ** 2, (1, *frames.shape[1:]))
         done = frames.shape[1] * self.hop
         signal = overlap_add(frames, self.hop, self.pending)  # [B, done + n_fft - hop]
         envelope = overlap_add(window_sq, self.hop, self.pending_envelope)

@@ -1,9 +1,9 @@
-"""EAR-TTS speech generator ``RVQEARTTSModel`` (``tts_model.tts_model.*``, SPEC §2.5): warm-up and per-frame step.
+"""EAR-TTS speech generator ``RVQEARTTSModel`` (``tts_model.tts_model.*``, docs/model.md §2.5): warm-up and per-frame step.
 
 One session (batch 1) runs the backbone on two rows, [conditional; unconditional] (classifier-free guidance):
 the conditioning of row 1 is ``null_emb`` everywhere. A step embeds the previous frame's 31 codes and the current
 text subword, runs the backbone one position further, then draws 31 new codes with the MoG head in the unmasking
-schedule (SPEC §2.5.8). The loop (not this module) decides which subword and which previous code feed a step.
+schedule (docs/model.md §2.5.8). The loop (not this module) decides which subword and which previous code feed a step.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from .mog import KeyNoise, MoGHead, NoiseSource
 from .subword import CharAwareSubwordEncoder, CharTable, flag_tables
 
 # NeMo builds the fusion as GatedProjectedSumRMSNorm(H, H, H, num_quantizers): the 4th positional argument is
-# `final_norm`, so `num_codebooks` keeps its default 31 and the audio embedding is always divided by 31 (SPEC §2.5.4).
+# `final_norm`, so `num_codebooks` keeps its default 31 and the audio embedding is always divided by 31 (docs/model.md §2.5.4).
 FUSION_AUDIO_DIVISOR = 31
-WARMUP_LEADING_TEXT_FRAMES = 1  # SPEC §2.5.9: text prompt [eos] only (no TTS system prompt), one frame of silence
-WARMUP_SILENT_TAIL_FRAMES = 2  # SPEC §2.5.9: last 2 prompt frames zeroed
+WARMUP_LEADING_TEXT_FRAMES = 1  # docs/model.md §2.5.9: text prompt [eos] only (no TTS system prompt), one frame of silence
+WARMUP_SILENT_TAIL_FRAMES = 2  # docs/model.md §2.5.9: last 2 prompt frames zeroed
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ WARMUP_SILENT_TAIL_FRAMES = 2  # SPEC §2.5.9: last 2 prompt frames zeroed
 # ----------------------------------------------------------------------------------------------------------------
 def unmasking_schedule(num_quantizers: int, num_iterations: int, exponent: float) -> tuple[int, ...]:
     """Codebooks decided per iteration: masked counts ceil((1 - r^e)^(1/e) * Q) for r = i / n, in float32 as NeMo;
-    each iteration decides the difference to the next count (SPEC §2.5.8). Release: [0,0,0,1,1,3,4,22]."""
+    each iteration decides the difference to the next count (docs/model.md §2.5.8). Release: [0,0,0,1,1,3,4,22]."""
     rates = np.linspace(0.0, 1.0, num_iterations + 1, dtype=np.float32)[:-1]
     e = np.float32(exponent)
     masked = np.ceil((np.float32(1.0) - rates**e) ** (np.float32(1.0) / e) * np.float32(num_quantizers)).astype(int)
@@ -45,7 +45,7 @@ def unmasking_schedule(num_quantizers: int, num_iterations: int, exponent: float
 
 
 def depthsum(codebooks: mx.array, code: mx.array) -> mx.array:
-    """Sum over codebooks q of ``codebooks[q][code_q]``; code K (speech pad / not yet decided) adds zero (SPEC §2.5.4).
+    """Sum over codebooks q of ``codebooks[q][code_q]``; code K (speech pad / not yet decided) adds zero (docs/model.md §2.5.4).
     codebooks [Q, K, D], code [..., Q] -> [..., D]"""
     num_q, size = codebooks.shape[:2]
     picked = codebooks[mx.arange(num_q), mx.minimum(code, size - 1)]  # [..., Q, D]
@@ -58,7 +58,7 @@ def nearest_code(codebook: mx.array, sqnorms: mx.array, z: mx.array) -> mx.array
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# warm-up inputs (DuplexEARTTS.set_init_inputs, SPEC §2.5.9)
+# warm-up inputs (DuplexEARTTS.set_init_inputs, docs/model.md §2.5.9)
 # ----------------------------------------------------------------------------------------------------------------
 def prompt_samples(duration: float, sample_rate: int, samples_per_frame: int) -> int:
     """Samples of the speaker prompt: whole frames of ``duration`` seconds (3 s at 22.05 kHz -> 37 frames, 65268)."""
@@ -180,7 +180,7 @@ class RVQEARTTSModel(nn.Module):
 
     def conditioning(self, subword_ids, subword_mask: np.ndarray) -> mx.array:
         """[1, T] ids (host or device) and host mask -> [2, T, H]: row 0 the subword embeddings (zero when no mask is
-        True: NeMo then skips the encoder and the flags), row 1 ``null_emb`` (SPEC §2.5.3 ``_prepare_conditioning``)."""
+        True: NeMo then skips the encoder and the flags), row 1 ``null_emb`` (docs/model.md §2.5.3 ``_prepare_conditioning``)."""
         h = self.null_emb.shape[0]
         if np.any(subword_mask):
             cond = self.embed_subword(subword_ids, subword_mask)
@@ -196,7 +196,7 @@ class RVQEARTTSModel(nn.Module):
 
     # -- warm-up -----------------------------------------------------------------------------------------------
     def warmup_code_embeds(self, inputs: WarmupInputs, latent: Optional[mx.array] = None) -> mx.array:
-        """SPEC §2.5.5: embed the codes shifted right by one frame (frame 0 gets code 0, not the pad); before the BOS
+        """docs/model.md §2.5.5: embed the codes shifted right by one frame (frame 0 gets code 0, not the pad); before the BOS
         frame use the speaker latent (or, without one, the frozen projection of the code embeddings) when
         ``use_audio_prompt_frozen_projection``; add ``bos_emb`` at the BOS frame. -> [1, T, H]"""
         code = np.asarray(inputs.code)
@@ -231,7 +231,7 @@ class RVQEARTTSModel(nn.Module):
 
     # -- one frame ---------------------------------------------------------------------------------------------
     def step_hidden(self, state: TTSState, prev_code, subword_id) -> mx.array:
-        """SPEC §2.5.6: backbone output [2, 1, H] for one frame from the previous codes [Q] and the current subword
+        """docs/model.md §2.5.6: backbone output [2, 1, H] for one frame from the previous codes [Q] and the current subword
         (host values or device arrays: nothing here waits for the host)."""
         x = self._compiled.get("step inputs", self.step_inputs)(mx.array(prev_code).astype(mx.int32),
                                                                 mx.array(subword_id).astype(mx.int32))
@@ -247,7 +247,7 @@ class RVQEARTTSModel(nn.Module):
     def generate_codes(self, hidden: mx.array, noise: NoiseSource, guidance_scale: Optional[float] = None,
                        top_p: Optional[float] = None, top_k: Optional[int] = None,
                        noise_scale: Optional[float] = None) -> mx.array:
-        """SPEC §2.5.8 ``generate_step``: hidden [2, 1, H] ([cond; uncond]) -> codes [Q] (int32, on device).
+        """docs/model.md §2.5.8 ``generate_step``: hidden [2, 1, H] ([cond; uncond]) -> codes [Q] (int32, on device).
 
         Settings default to the config's; ``top_k`` wins over ``top_p``. The frame's random draws come first (NeMo's
         order within each iteration: Gumbel, then normal); the rest is one compiled function per setting."""

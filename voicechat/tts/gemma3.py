@@ -1,4 +1,4 @@
-"""The EAR-TTS backbone: HF ``Gemma3TextModel`` without its embedding table (SPEC §2.5.2).
+"""The EAR-TTS backbone: HF ``Gemma3TextModel`` without its embedding table (docs/model.md §2.5.2).
 
 Keys (under ``tts_model.tts_model.backbone.``): ``layers.N.{input_layernorm, post_attention_layernorm,
 pre_feedforward_layernorm, post_feedforward_layernorm}``, ``layers.N.self_attn.{q,k,v,o}_proj``,
@@ -18,7 +18,7 @@ from ..config import GemmaConfig
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 class Gemma3Attention(nn.Module):
-    """GQA attention with per-head q/k RMSNorm before RoPE, scale ``query_pre_attn_scalar^-0.5`` (SPEC §2.5.2)."""
+    """GQA attention with per-head q/k RMSNorm before RoPE, scale ``query_pre_attn_scalar^-0.5`` (docs/model.md §2.5.2)."""
 
     def __init__(self, cfg: GemmaConfig, rope_base: float):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Mixture-of-Gaussians head of EAR-TTS and its component sampling (SPEC §2.5.7).
+"""Mixture-of-Gaussians head of EAR-TTS and its component sampling (docs/model.md §2.5.7).
 
 Keys (under ``tts_model.tts_model.mog_head.``): ``mlp_stack.{0..n-1}.{pre_norm, mlp.{gate,up,down}_proj, post_norm}``,
 ``mlp_stack.n`` (final RMSNorm), ``proj_logits``, ``proj_mus``, ``proj_logs``, ``proj_else``, ``low_mat``.
@@ -15,7 +15,7 @@ import mlx.nn as nn
 from ..config import MoGConfig
 from .layers import MLPLayer, RMSNorm
 
-GUMBEL_EPS = 1e-8  # SPEC §2.5.7: inside both logs of -log(-log(u + eps) + eps)
+GUMBEL_EPS = 1e-8  # docs/model.md §2.5.7: inside both logs of -log(-log(u + eps) + eps)
 
 
 # ----------------------------------------------------------------------------------------------------------------

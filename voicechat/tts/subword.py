@@ -1,4 +1,4 @@
-"""Character-aware subword encoder ``embed_subword`` of EAR-TTS (SPEC §2.5.3).
+"""Character-aware subword encoder ``embed_subword`` of EAR-TTS (docs/model.md §2.5.3).
 
 A subword id becomes the ids of its characters (the text tokenizer's single-character tokens), a T5Gemma encoder
 runs over them, the masked mean over real characters is projected to the TTS width, and two small flag embeddings
@@ -25,8 +25,8 @@ from ..config import CharEncoderConfig
 from ..errors import ConfigError
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
-CHAR_VOCAB_SIZE = 256  # SPEC §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
-WORD_START_PREFIXES = ("Ġ", "▁", "<")  # SPEC §2.5.3: tokens starting with these are not continuations
+CHAR_VOCAB_SIZE = 256  # docs/model.md §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
+WORD_START_PREFIXES = ("Ġ", "▁", "<")  # docs/model.md §2.5.3: tokens starting with these are not continuations
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class CharTable:
 
 
 def flag_tables(vocab: dict[str, int], bos_id: Optional[int], eos_id: Optional[int]) -> dict:
-    """The integer buffers of the two flag embeddings, computed as NeMo's constructors do (SPEC §2.5.3), as an
+    """The integer buffers of the two flag embeddings, computed as NeMo's constructors do (docs/model.md §2.5.3), as an
     update for ``CharAwareSubwordEncoder``.
 
     ``subword_flag_emb``: ``is_continuation`` [V+1] (1 unless the token starts with Ġ, ▁ or <; 0 for the extra pad id
