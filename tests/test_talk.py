@@ -16,7 +16,6 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,7 +31,6 @@ from test_realtime import Scripted, tiny_model  # noqa: E402,F401  (tiny_model: 
 from voicechat import engine as eng  # noqa: E402
 from voicechat.result import CONVERSATION_FIELDS  # noqa: E402
 from voicechat.tools import calculate  # noqa: E402
-from voicechat.tools.channel import ToolCall  # noqa: E402
 from webui import stream, talk  # noqa: E402
 
 TIMEOUT = 60.0  # seconds for one server event (the CI machine is slow and shared)
@@ -46,33 +44,6 @@ SHORT_CALCULATE = {"type": "function", "name": "calculate", "description": "Calc
 # ---------------------------------------------------------------------------------------------------------------
 # pure pieces
 # ---------------------------------------------------------------------------------------------------------------
-def call(start: int, end) -> ToolCall:
-    return ToolCall("call_x", "t", {}, "", start, start + 2, end=end)
-
-
-def test_held_positions_run_from_after_sotc_to_eotr():
-    assert talk.held_positions([], 50) == set()
-    assert talk.held_positions([call(10, 14)], 50) == {11, 12, 13, 14}
-    assert talk.held_positions([call(10, 14), call(14, 20)], 50) == set(range(11, 21))  # chained at the EOTR place
-    assert talk.held_positions([call(40, None)], 45) == {41, 42, 43, 44}  # still open when the conversation closed
-
-
-def test_stereo_puts_each_user_frame_where_the_model_heard_it():
-    """A hand-made case: positions 3..12 after a 3-position prompt, an exchange from 5 (SOTC) to 8 (EOTR): the user's
-    frames 0, 1, 2 at positions 3, 4, 5, the silence embedding at 6, 7, 8, frames 3..6 at 9..12; frame 7 (sent, never
-    heard) is left out. The answer is the right channel as it is, padded to whole positions."""
-    hop = 4
-    user = np.repeat(np.arange(1, 9, dtype=np.float32) / 10, hop)  # frame k holds (k + 1) / 10
-    answer = np.arange(10 * hop - 1, dtype=np.float32) / 100  # one sample short (the codec's last samples)
-    result = SimpleNamespace(sample_rate=hop * 10, frame_seconds=0.1, first_frame=3, text_tokens=np.zeros(10),
-                             audio=answer, tool_calls=[call(5, 8)])
-    out = talk.stereo_conversation(user, hop * 10, result)
-    assert out.shape == (10 * hop, 2) and out.dtype == np.float32
-    left = out[::hop, 0] * 10
-    np.testing.assert_allclose(left, [1, 2, 3, 0, 0, 0, 4, 5, 6, 7], atol=1e-6)
-    np.testing.assert_array_equal(out[:, 1], np.append(answer, 0))
-
-
 def speed(ms) -> talk.Speed:
     return talk.Speed("measured", tuple(ms))
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import soxr
 from fastapi import APIRouter, Body, HTTPException
 from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
@@ -39,6 +38,7 @@ from starlette.staticfiles import StaticFiles
 from voicechat import engine as eng
 from voicechat.audio import duration_words, to_float32, write_wav
 from voicechat.config import GenerationConfig
+from voicechat.live import stereo_timeline
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
 from voicechat.result import conversation_json
 from voicechat.tools import BUILTIN_TOOLS
@@ -203,40 +203,6 @@ class Recorder:
             return self.conversations.get(session_id)
 
 
-def held_positions(tool_calls, end: int) -> set[int]:
-    """Timeline positions given to tool exchanges, which heard the silence embedding while the user's frames waited:
-    from the one after SOTC to the EOTR position (docs/tools.md §5), to ``end`` for an exchange still open."""
-    held = set()
-    for call in tool_calls:
-        held.update(range(call.call_start + 1, (call.end if call.end is not None else end - 1) + 1))
-    return held
-
-
-def stereo_conversation(user: np.ndarray, user_rate: int, result) -> np.ndarray:
-    """The conversation on the 80 ms timeline as [samples, 2] float32 at the answer's rate: left, the user's audio, each
-    80 ms input frame at the position that heard it (after a tool exchange's held positions: the frames that waited
-    come later, as the model heard them; audio it never heard is left out); right, the answer. One position per
-    80 ms from the first after the system prompt, the answer's first sample (as the app's timeline draws them)."""
-    rate = result.sample_rate
-    hop = round(rate * result.frame_seconds)
-    first, positions = result.first_frame, len(result.text_tokens)
-    voice = to_float32(user)
-    if user_rate != rate:
-        voice = soxr.resample(voice, user_rate, rate).astype(np.float32)
-    out = np.zeros((positions * hop, 2), np.float32)
-    answer = np.asarray(result.audio, np.float32)[: positions * hop]
-    out[: len(answer), 1] = answer
-    held = held_positions(result.tool_calls, first + positions)
-    frame = 0
-    for i in range(positions):
-        if first + i in held:
-            continue
-        piece = voice[frame * hop: (frame + 1) * hop]
-        out[i * hop: i * hop + len(piece), 0] = piece
-        frame += 1
-    return out
-
-
 class SaveError(Exception):
     """A conversation that cannot be saved (unknown, never started, or still held by the engine)."""
 
@@ -345,7 +311,8 @@ class TalkLive:
         folder = self.outputs / "live" / f"{conversation.created}-{conversation.session_id[-6:]}"
         folder.mkdir(parents=True, exist_ok=True)
         user = np.concatenate(conversation.heard) if conversation.heard else np.zeros(0, np.int16)
-        wav = write_wav(folder / "conversation.wav", stereo_conversation(user, WIRE_RATE, result), result.sample_rate)
+        wav = write_wav(folder / "conversation.wav", stereo_timeline(to_float32(user), WIRE_RATE, result),
+                        result.sample_rate)
         # the words at their frames need the tokenizer: the engine's model, read here only for it (no MLX)
         answer = eng.make_answer(self.engine.model, result, conversation.wall_seconds)
         record = conversation_json(

@@ -5,7 +5,8 @@
 // A tool exchange holds the user's audio on purpose (docs/tools.md §5: the timeline pauses while the tool runs, then
 // the held frames are heard in order), so the backlog it leaves is not a slow machine: no check while an exchange is
 // open, and after it the bound is that backlog + the limit, tightening as the backlog drains. A machine that cannot
-// catch up still trips it: its backlog keeps growing past the bound.
+// catch up still trips it: its backlog keeps growing past the bound. The terminal's `voicechat live` applies the same
+// rule (voicechat/live.py, LagGuard).
 
 export const LIMIT_MS = 2000;
 
