@@ -38,7 +38,7 @@ from voicechat.audio import check_recording, check_upload, duration_words, read_
 from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
-from webui import timeline  # noqa: E402
+from webui import stream, talk, timeline  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 ASSETS = APP_DIR / "assets"
@@ -276,7 +276,8 @@ class RecordAndRun:
     """The record-and-run tab: a recording in, the whole answer out. ``build()`` inside a ``gr.Tab``; the handlers
     submit jobs to the engine and render its events."""
 
-    OUTPUTS = ("status", "answer_audio", "transcript", "assistant", "function", "timeline", "timings", "downloads")
+    OUTPUTS = ("status", "answer_audio", "transcript", "assistant", "function", "timeline", "timings", "downloads",
+               "player")
 
     def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False):
         self.engine = engine
@@ -333,8 +334,9 @@ class RecordAndRun:
                                                 f'{"stereo" if e["channels"] > 1 else "mono"})' for e in examples])
             with gr.Column(scale=6):
                 status = gr.HTML(engine_status_card(self.engine.status()), label="Status", elem_id="vc-status")
-                answer_audio = gr.Audio(label="Answer", type="filepath", interactive=False, autoplay=True,
-                                        elem_id="vc-answer")
+                # the answer plays while it is generated (webui/stream.py); this player is for listening again
+                player = gr.HTML(stream.player_html(None), js_on_load=stream.MOUNT_JS, elem_id="vc-answer-stream")
+                answer_audio = gr.Audio(label="Answer", type="filepath", interactive=False, elem_id="vc-answer")
                 assistant = gr.Textbox(label="Assistant text", lines=3, max_lines=10, interactive=False,
                                        buttons=["copy"], elem_id="vc-assistant")
                 transcript = gr.Textbox(label="Your words (transcript)", lines=2, max_lines=6, interactive=False,
@@ -353,7 +355,8 @@ class RecordAndRun:
                 downloads = gr.File(label="Downloads (answer WAV, conversation JSON)", file_count="multiple",
                                     interactive=False, elem_id="vc-downloads")
 
-        outputs_list = [status, answer_audio, transcript, assistant, function, timeline_view, timings, downloads]
+        outputs_list = [status, answer_audio, transcript, assistant, function, timeline_view, timings, downloads,
+                        player]
         inputs_list = [audio_in, prompt, seed, extra, max_extra, temperature, top_p, repetition, tts_override,
                        tts_guidance, tts_top_p, tts_noise, turn_markers, reference]
         # every Run reaches the engine at once (concurrency_limit=None): the engine's queue is the only queue
@@ -436,13 +439,15 @@ class RecordAndRun:
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
+        answer = stream.ANSWERS.open(stream.ANSWER_RATE)  # heard while it is generated (webui/stream.py)
         try:
-            yield self._frame(status=status_html("wait", "Queued"), **cleared)
-            yield from self._follow(job, ask)
+            yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **cleared)
+            yield from self._follow(job, ask, answer)
         finally:
+            answer.end()
             job.cancel()  # the browser went away or the event was cancelled: free the engine (no-op when finished)
 
-    def _follow(self, job: eng.Job, ask: Question) -> Iterator[tuple]:
+    def _follow(self, job: eng.Job, ask: Question, answer: stream.AnswerStream) -> Iterator[tuple]:
         """Render the job's events until it ends; progress at most 5 times a second."""
         position, last_shown, unshown = 0, 0.0, None
         running, frames = False, None  # once it runs: (the prompt's positions, seconds per position)
@@ -461,6 +466,8 @@ class RecordAndRun:
                 running, frames = True, (event.prompt_frames, self.engine.status().facts.frame_seconds)
                 yield self._frame(status=status_html("run", "Starting…", "", 0.0))
             elif event.kind == eng.PROGRESS:
+                if event.frame is not None and event.frame.position >= (0 if ask.config.reference else frames[0]):
+                    answer.push(event.frame.audio, event.seconds)  # the answer's positions (Result.audio's)
                 unshown = event
                 if time.monotonic() - last_shown >= 0.2:
                     last_shown = time.monotonic()
@@ -558,7 +565,8 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
     os.environ["GRADIO_TEMP_DIR"] = str(outputs / "gradio")
     os.environ["GRADIO_EXAMPLES_CACHE"] = str(outputs / "gradio" / "examples")
     record = RecordAndRun(engine, outputs, demo_mode)
-    page = Page(engine, [record])
+    live = talk.TalkLive(engine, outputs, demo_mode, system_prompt=NVIDIA_PROMPT)  # the Talk live tab (webui/talk.py)
+    page = Page(engine, [record, live])
 
     with gr.Blocks(title="VoiceChat", analytics_enabled=False) as demo:
         gr.Markdown("# VoiceChat\nAsk a question out loud; NVIDIA's NemotronLabs-VoiceChat-11B answers in speech.")
@@ -571,6 +579,8 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
         with gr.Tabs():
             with gr.Tab("Record and run", id="record"):
                 record.build()
+            with gr.Tab("Talk live", id="live"):
+                live.build()
         with gr.Accordion("How to use", open=False):
             gr.Markdown(HOW_TO)
         with gr.Accordion("What this model can and cannot do", open=False):
@@ -580,6 +590,7 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
             event(handler, None, page.outputs(model_line, timer), api_visibility="private", queue=False,
                   show_progress="hidden")
     demo.queue()
+    talk.serve_with(demo, live)  # /v1/realtime and the Talk live tab's routes, beside the page
     return demo
 
 
@@ -590,7 +601,8 @@ def serve_paths(outputs: Path) -> list[str]:
 
 def launch(demo: gr.Blocks, outputs: Path, **kwargs):
     return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
-                       js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"), **kwargs)
+                       js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
+                       app_kwargs=talk.app_kwargs(demo), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -609,6 +609,7 @@ class Connection:
         if await self.ensure_live(required=True):
             self.live.send(samples, RATE)  # the session resamples 24 -> 16 kHz with soxr's stream resampler
             self.heard = self.appended = True
+            self.server.notify("heard", self.session_id, samples)
 
     async def on_input_audio_buffer_commit(self, event: dict) -> None:
         if not self.appended:
@@ -665,6 +666,7 @@ class Connection:
         except VoiceChatError as e:
             raise ClientEventError("invalid_value", str(e), "session")
         self.live, self.heard = live, False
+        self.server.notify("opened", self.session_id)
         events: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
                          name=f"voicechat-realtime-{self.name}").start()
@@ -709,6 +711,7 @@ class Connection:
             await asyncio.wait_for(asyncio.shield(follower), LIVE_CLOSE_SECONDS)
         except asyncio.TimeoutError:
             log.error("%s: the engine did not close the live session within %.0f s", self.name, LIVE_CLOSE_SECONDS)
+        self.server.notify("closed", self.session_id, live)
 
 
 def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:
@@ -725,12 +728,23 @@ def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 class RealtimeServer:
     """``GET /v1/realtime`` on one engine: one live conversation at a time. Mount ``router()`` in any FastAPI app
-    (``python -m voicechat serve``, and app.py beside the Gradio page)."""
+    (``python -m voicechat serve``, and app.py beside the Gradio page).
 
-    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat"):
+    ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
+    ``heard(session_id, samples)`` (each append's int16 samples at 24 kHz, once they went to the model) and
+    ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
+    tab (webui/talk.py) saves conversations with it."""
+
+    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None):
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.active: Optional[str] = None  # the connection that holds the model
         self.count = 0
+        self.observer = observer
+
+    def notify(self, what: str, *args) -> None:
+        """Tell the observer (if any) that a live session was ``opened``, ``heard`` audio or ``closed``."""
+        if self.observer is not None:
+            getattr(self.observer, what)(*args)
 
     def router(self) -> APIRouter:
         router = APIRouter()
