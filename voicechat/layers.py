@@ -17,13 +17,21 @@ class CausalDepthwiseConv(nn.Module):
         self.weight = mx.zeros((channels, kernel, 1))
         if bias:
             self.bias = mx.zeros((channels,))
+        self._taps = compute.Derived()
 
     def __call__(self, window: mx.array) -> mx.array:
         # [B, K - 1 + L, C] -> [B, L, C]; window[:, l:l+K] feeds output l
-        k = self.weight.shape[1]
-        t = window.shape[1] - k + 1
-        taps = self.weight[:, :, 0].T  # [K, C]
+        taps = self.taps()
+        t = window.shape[1] - len(taps) + 1
         out = window[:, 0:t] * taps[0]
-        for j in range(1, k):
+        for j in range(1, len(taps)):
             out = out + window[:, j:j + t] * taps[j]
         return out + self.bias if "bias" in self else out
+
+    def taps(self) -> list[mx.array]:
+        """The K weight columns [C], each its own contiguous array, made once per loaded weight: indexing the weight
+        inside a frame is a gather kernel per tap (hundreds per frame over the three networks)."""
+        return self._taps.of(self.weight, lambda w: [mx.contiguous(w[:, j, 0]) for j in range(w.shape[1])])
+
+    def prepare(self) -> list[mx.array]:
+        return self.taps()

@@ -353,8 +353,9 @@ class Session:
         first = self.listener.encoder.frames - projected.shape[0]
         for i in range(projected.shape[0]):
             inside = True if valid else first + i < self.listener.valid_frames
-            audio = projected[i] if inside or not self.prompt_frames else mx.zeros_like(projected[i])
-            self.heard.append((audio, encoded[i], inside))
+            audio = compute.entry(projected, i)
+            self.heard.append((audio if inside or not self.prompt_frames else mx.zeros_like(audio),
+                               compute.entry(encoded, i), inside))
 
     def _inputs(self) -> Iterator:
         """The inputs of the positions that can run now, in order: the heard frames, with a tool exchange's
@@ -430,7 +431,7 @@ class Session:
         if self.rnnt is not None and valid and encoded is not None:
             with mx.stream(self.llm_stream):
                 first = self.rnnt.first_joint(self.rnnt_state, encoded[None])
-        codes, piece = self._speak(t, ids[0])
+        codes, piece = self._speak(t, compute.entry(ids, 0))
         self.prev_ids = ids
         state = [*self.lm_state.arrays, *self.listener.arrays(), *self.tts_state.arrays(), *self.codec.arrays,
                  self.seen, self.text_key]
@@ -450,8 +451,8 @@ class Session:
             key = None
             if gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
                 self.text_key, key = mx.random.split(self.text_key)
-            text_id = sample_text_token(text[0], best[0], self.seen, self.special_ids, gen, key).astype(mx.int32)
-            func_id = best[1] if func is not None else mx.array(c.pad_id, mx.int32)
+            text_id = sample_text_token(compute.entry(text, 0), compute.entry(best, 0), self.seen, self.special_ids, gen, key).astype(mx.int32)
+            func_id = compute.entry(best, 1) if func is not None else mx.array(c.pad_id, mx.int32)
             self.seen = self.seen | ((mx.arange(self.seen.shape[0]) == text_id) & ~mx.any(text_id == self.special_ids))
             ids = mx.stack([text_id, func_id])
         self.clock.stage("llm", t0, ids, *self.lm_state.arrays)

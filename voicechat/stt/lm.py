@@ -99,4 +99,4 @@ def step(stt, cfg: ModelConfig, state: LMState, audio: mx.array, prev_text: mx.a
     audio [B, hidden], prev_text / prev_function [B] -> text_logits [B, V], function_logits [B, V] | None"""
     prev_function = None if prev_function is None else prev_function[:, None]
     hidden = stt.llm(fuse(stt, cfg, audio[:, None], prev_text[:, None], prev_function), state.cache)
-    return read_heads(stt, state, hidden[:, 0])
+    return read_heads(stt, state, compute.entry(hidden, 0, axis=1))

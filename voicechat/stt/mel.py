@@ -122,7 +122,7 @@ class Featurizer(nn.Module):
         window = mx.pad(self.window, [(left, cfg.n_fft - cfg.win_length - left)])
         spectrum = mx.fft.rfft(frames * window, n=cfg.n_fft, axis=-1)
         power = mx.sqrt(mx.real(spectrum) ** 2 + mx.imag(spectrum) ** 2) ** cfg.mag_power
-        return mx.log(power @ self.fb[0].T + cfg.log_zero_guard_value)
+        return mx.log(power @ compute.entry(self.fb, 0).T + cfg.log_zero_guard_value)
 
     def pad_frames(self, features: mx.array, frame_lengths: mx.array) -> mx.array:
         """Frames at and past the valid length become ``pad_value`` (0.0, not the log floor), then the time axis is
@@ -203,7 +203,7 @@ class MelStream:
         emphasized = raw[1:] - cfg.preemph * raw[:-1]  # x[-1] reads as 0, so x'[0] = x[0]
         position = first + mx.arange(emphasized.shape[0])
         emphasized = mx.where((position >= 0) & (position < end), emphasized, 0.0)
-        return self.featurizer.log_mel(stft_frames(emphasized[None], count, self.n_fft, self.hop))[0]
+        return compute.entry(self.featurizer.log_mel(stft_frames(emphasized[None], count, self.n_fft, self.hop)), 0)
 
     def _take(self, count: int) -> tuple[np.ndarray, int, int, int]:
         """The raw samples of the next ``count`` columns; forget what no later column reads."""

@@ -369,7 +369,7 @@ class NemotronH(nn.Module):
                 out += [cache.conv, cache.ssm]
             elif isinstance(mixer, Attention):
                 (keys, values), states = states[:2], states[2:]
-                y, keys, values = mixer.step(layer.norm(x), keys, values, slots[a:a + 1], counts[a])
+                y, keys, values = mixer.step(layer.norm(x), keys, values, slots[a:a + 1], compute.entry(counts, a))
                 x, a = x + y, a + 1
                 out += [keys, values]
             else:

@@ -47,7 +47,8 @@ class Perception(nn.Module):
         columns = mel.columns(raw, first, self.encoder.cfg.subsampling_factor, end)
         x, carries, _ = sub.rows_of(columns, carries)
         out, *caches = self.encoder.stream_layers(x, start, valid, *caches)
-        return (self.proj(out[0]), out[0], *carries, *caches)
+        out = compute.entry(out, 0)
+        return (self.proj(out), out, *carries, *caches)
 
 
 def timeline_frames(cfg: AudioConfig, samples: int) -> int:

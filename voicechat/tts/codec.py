@@ -55,7 +55,7 @@ def overlap_add(frames: mx.array, hop: int, carry: Optional[mx.array] = None) ->
     else:
         acc = mx.pad(carry.reshape(b, parts - 1, hop), [(0, 0), (0, t), (0, 0)])
     for j in reversed(range(parts)):  # piece j of frame i lands in chunk i + j: larger j = older frame
-        acc = acc + mx.pad(pieces[:, :, j], [(0, 0), (j, parts - 1 - j), (0, 0)])
+        acc = acc + mx.pad(compute.entry(pieces, j, axis=2), [(0, 0), (j, parts - 1 - j), (0, 0)])
     return acc.reshape(b, (t + parts - 1) * hop)
 
 
@@ -254,9 +254,9 @@ class ProbabilisticRVQ(nn.Module):
 
     def decode(self, codes: mx.array) -> mx.array:
         """codes [B, T, Q] -> sum of the chosen means [B, T, latent], summed in codebook order as NeMo does."""
-        z = self.mus_list[0][codes[..., 0]]
+        z = self.mus_list[0][compute.entry(codes, 0, axis=-1)]
         for q in range(1, len(self.mus_list)):
-            z = z + self.mus_list[q][codes[..., q]]
+            z = z + self.mus_list[q][compute.entry(codes, q, axis=-1)]
         return z
 
 

@@ -277,17 +277,18 @@ class RVQEARTTSModel(nn.Module):
         """Per iteration i with k > 0: MoG over embed_code(sum of decided code vectors) + hidden with Gumbel noise
         gumbels[i], z = mu + exp(logs) * normals[i] * noise_scale, then k codebooks by residual nearest-vector
         quantisation against the unpadded codebooks [Q, K, latent] (squared norms [Q, K])."""
-        cond, uncond = hidden[0], hidden[1]  # [1, H] each
+        cond, uncond = compute.entry(hidden, 0), compute.entry(hidden, 1)  # [1, H] each
         decided = mx.zeros((1, codebooks.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
         codes, start = [], 0
         for i, k in enumerate(k for k in self.schedule if k > 0):
             e = self.embed_code(decided)
             x = mx.concatenate([e + cond, e + uncond]) if scale > 0 else e + cond
-            mu, logs = self.mog_head.infer(x, scale, top_p, top_k, gumbels[i])
-            z = mu + mx.exp(logs) * normals[i] * noise_scale
+            mu, logs = self.mog_head.infer(x, scale, top_p, top_k, compute.entry(gumbels, i))
+            z = mu + mx.exp(logs) * compute.entry(normals, i) * noise_scale
             for q in range(start, start + k):
-                idx = nearest_code(codebooks[q], sqnorms[q], z)
-                chosen = codebooks[q][idx]
+                book = compute.entry(codebooks, q)
+                idx = nearest_code(book, compute.entry(sqnorms, q), z)
+                chosen = book[idx]
                 z, decided = z - chosen, decided + chosen
                 codes.append(idx)
             start += k

@@ -139,7 +139,7 @@ class Gemma3TextModel(nn.Module):
             keys = buffers[2 * i]
             kind = (self.cfg.layer_types[i], keys.shape[2])  # layers of a kind see the same slots: one mask each
             if kind not in masks:
-                masks[kind] = mx.arange(keys.shape[2]) < counts[i]
+                masks[kind] = mx.arange(keys.shape[2]) < compute.entry(counts, i)
             x, keys, values = layer.step(x, position, keys, buffers[2 * i + 1], slots[i:i + 1], masks[kind])
             out += [keys, values]
         return (self.norm(x), *out)
