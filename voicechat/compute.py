@@ -59,7 +59,7 @@ def on_gpu() -> bool:
 
 def entry(x: mx.array, i: int, axis: int = 0) -> mx.array:
     """``x``'s entry ``i`` (a Python int) along ``axis``, as a view. Plain ``x[i]`` builds a gather kernel in MLX
-    (0.32), and on the GPU a frame pays for every kernel (docs/speed.md)."""
+    (0.32), and on the GPU a frame pays for every kernel (README, Speed)."""
     return mx.take(x, i, axis=axis)
 
 
