@@ -1,5 +1,6 @@
 """The conversation timeline: the recording and the answer on one axis of model positions (80 ms each), each of the
-assistant's words and function-channel tokens at the position where the model emitted it, turn starts and ends.
+assistant's words and function-channel tokens at the position where the model emitted it, turn starts and ends, and
+each tool call on the function row: the positions of the call and of the response the model read, named.
 
 HTML and inline SVG, no plotting library:
 - an overview of the whole conversation that fits the page width, with a window marking the part shown below it;
@@ -14,6 +15,7 @@ HTML and inline SVG, no plotting library:
 from __future__ import annotations
 
 import html
+import json
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -155,25 +157,43 @@ class Span:
 
 @dataclass(frozen=True)
 class Channel:
-    """One row of labels: the pieces, the lane of each, where the row starts."""
+    """One row of labels: the pieces, the lane of each, where the row starts; on the function row also the tool
+    calls (voicechat.tools.ToolCall), each in a lane of its own above the tokens' lanes."""
 
     name: str
     color: str
     pieces: tuple
     lanes: tuple
     y: float
+    calls: tuple = ()
+    call_lanes: tuple = ()
+
+    @property
+    def call_rows(self) -> int:
+        return max(self.call_lanes, default=-1) + 1
 
     @property
     def height(self) -> float:
-        return max(max(self.lanes, default=0) + 1, 1) * LANE_H
+        return (self.call_rows + max(max(self.lanes, default=0) + 1, 1)) * LANE_H
+
+    def lane_y(self, lane: int) -> float:
+        """The top of a token lane (below the calls' lanes)."""
+        return self.y + (self.call_rows + lane) * LANE_H
+
+
+def call_label(call) -> str:
+    return call.name or "unreadable call"
 
 
 def channels(answer, span: Span, top: float) -> list[Channel]:
+    calls = tuple(answer.result.tool_calls)
+    call_lanes = pack_lanes([span.x(c.call_start) for c in calls], [label_width(call_label(c)) for c in calls])
     out, y = [], top
-    for name, color, pieces in (("Words", "currentColor", answer.text_pieces),
-                                ("Function", FUNCTION_COLOR, answer.function_pieces)):
+    for name, color, pieces, tools in (("Words", "currentColor", answer.text_pieces, ()),
+                                       ("Function", FUNCTION_COLOR, answer.function_pieces, calls)):
         lanes = pack_lanes([span.x(p.frame) for p in pieces], [label_width(piece_label(p)) for p in pieces])
-        out.append(Channel(name, color, tuple(pieces), tuple(lanes), y))
+        out.append(Channel(name, color, tuple(pieces), tuple(lanes), y, tools,
+                           tuple(call_lanes) if tools else ()))
         y += out[-1].height + GAP
     return out
 
@@ -203,10 +223,11 @@ def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
                  f'style="color:var(--body-text-color)">'
                  + "".join(f'<text x="4" y="{y:.0f}" fill="{color}" font-weight="600" opacity="{opacity}">{name}'
                            f'</text>' for y, name, color, opacity in labels) + "</svg>")
-    return (f'<div class="vc-tl" data-frames="{span.frames}" data-px-per-frame="{span.px_per_frame:.4f}">'
+    return (f'<div class="vc-tl" data-frames="{span.frames}" data-px-per-frame="{span.px_per_frame:.4f}" '
+            f'data-start="{span.start}">'
             f'<div class="vc-tl-head">Overview</div>{overview(answer, span, waves)}{label_svg}'
             f'<div class="vc-tl-scroll">{detail(answer, span, waves, rows, chans, height)}</div></div>'
-            + legend(span.frame_seconds))
+            + legend(span.frame_seconds, bool(r.tool_calls)))
 
 
 def overview(answer, span: Span, waves) -> str:
@@ -227,6 +248,9 @@ def overview(answer, span: Span, waves) -> str:
         if pieces:
             marks = "".join(f"M{p.frame - span.start + 0.5:.1f} {marks_y}V{h}" for p in pieces)
             out.append(f'<path d="{marks}" stroke="{color}" stroke-opacity=".6" vector-effect="non-scaling-stroke"/>')
+    for call in r.tool_calls:  # the whole exchange, call and response, on the marks row
+        out.append(f'<rect x="{call.call_start - span.start}" y="{marks_y}" width="{exchange_end(call) - call.call_start}" '
+                   f'height="{OVERVIEW_MARKS_H}" fill="{FUNCTION_COLOR}" fill-opacity=".45"/>')
     for frames, dash in ((answer.turn_starts, ""), (answer.turn_ends, "3 3")):
         for p in frames:
             out.append(f'<path d="M{p - span.start} 0V{h}" stroke="{TURN_COLOR}" stroke-width="1.5" '
@@ -285,11 +309,12 @@ def detail(answer, span: Span, waves, rows: dict, chans: list[Channel], height: 
                        f'stroke-width="1.5" stroke-dasharray="{dash}"><title>{name} at {span.seconds(p):.2f} s '
                        f'(frame {p})</title></path>')
     for c in chans:
+        out += [tool_call(call, lane, c, span) for call, lane in zip(c.calls, c.call_lanes)]
         if not c.pieces:
-            out.append(f'<text x="4" y="{c.y + 12}" fill="currentColor" opacity=".45">(none)</text>')
+            out.append(f'<text x="4" y="{c.lane_y(0) + 12}" fill="currentColor" opacity=".45">(none)</text>')
         for p, lane in zip(c.pieces, c.lanes):
             label = piece_label(p)
-            out.append(f'<text class="vc-tl-word" x="{span.x(p.frame):.1f}" y="{c.y + 12 + lane * LANE_H}" '
+            out.append(f'<text class="vc-tl-word" x="{span.x(p.frame):.1f}" y="{c.lane_y(lane) + 12}" '
                        f'fill="{c.color}" textLength="{label_width(label):.1f}" lengthAdjust="spacingAndGlyphs">'
                        f'{html.escape(label)}<title>{span.seconds(p.frame):.2f} s · frame {p.frame} · id '
                        f'{p.token_id} {html.escape(p.token)}</title></text>')
@@ -297,13 +322,58 @@ def detail(answer, span: Span, waves, rows: dict, chans: list[Channel], height: 
     return "".join(out)
 
 
-def legend(frame_seconds: float) -> str:
+def exchange_end(call) -> int:
+    """One past the last position of a call's exchange that exists: the response's, else the call's (a run that
+    ended before the response)."""
+    return call.injection_end if call.injection_end is not None else call.call_end + 1
+
+
+def tool_call(call, lane: int, c: Channel, span: Span) -> str:
+    """One tool call on the function row: the call's positions (SOTC..EOTC) solid and the response's (the positions
+    that read it) light, shaded through the row, named in the call's lane; hover for the arguments and the result."""
+    top, bottom = c.y, c.y + c.height
+    bar_y = c.y + lane * LANE_H + 2
+    parts = [(call.call_start, call.call_end + 1, ".45", "vc-tl-call")]
+    if call.injection_start is not None:
+        parts.append((call.injection_start, call.injection_end, ".18", "vc-tl-response"))
+    out = [f'<g class="vc-tl-tool" data-name="{html.escape(call.name)}" data-call-start="{call.call_start}" '
+           f'data-call-end="{call.call_end}" data-injection-start="{none_as_empty(call.injection_start)}" '
+           f'data-injection-end="{none_as_empty(call.injection_end)}">']
+    for start, end, opacity, kind in parts:
+        x, width = span.x(start), span.x(end) - span.x(start)
+        out.append(f'<rect x="{x:.1f}" y="{top}" width="{width:.1f}" height="{bottom - top}" fill="{FUNCTION_COLOR}" '
+                   f'fill-opacity=".06"/><rect class="{kind}" x="{x:.1f}" y="{bar_y}" width="{width:.1f}" '
+                   f'height="{LANE_H - 4}" rx="3" fill="{FUNCTION_COLOR}" fill-opacity="{opacity}"/>')
+    label = call_label(call)
+    out.append(f'<text x="{span.x(call.call_start) + 2:.1f}" y="{bar_y + LANE_H - 7}" fill="currentColor" '
+               f'font-weight="600" textLength="{label_width(label):.1f}" lengthAdjust="spacingAndGlyphs">'
+               f'{html.escape(label)}</text><title>{html.escape(call_summary(call, span))}</title></g>')
+    return "".join(out)
+
+
+def none_as_empty(value) -> str:
+    return "" if value is None else str(value)
+
+
+def call_summary(call, span: Span) -> str:
+    outcome = (f"error: {call.error}" if call.error is not None else
+               f"result: {json.dumps(call.result, ensure_ascii=False)}" if call.seconds is not None else "no result")
+    where = f"call at {span.seconds(call.call_start):.2f} s (frames {call.call_start}–{call.call_end})"
+    if call.injection_start is not None:
+        where += f", response read at frames {call.injection_start}–{call.injection_end - 1}"
+    ran = f", ran {call.seconds:.3f} s" if call.seconds is not None else ""
+    return f"{call_label(call)}({json.dumps(call.arguments, ensure_ascii=False)}) → {outcome} · {where}{ran}"
+
+
+def legend(frame_seconds: float, tools: bool = False) -> str:
+    calls = (f'<span style="color:{FUNCTION_COLOR}">▬</span> a tool call (solid) and the response the model read '
+             f'(light), named; hover for the arguments and the result. ' if tools else "")
     return (f'<div class="vc-tl-legend">One column = one {1000 * frame_seconds:.0f} ms frame. '
             f'<span style="color:{USER_COLOR}">■</span> your recording, '
             f'<span style="color:{ASSISTANT_COLOR}">■</span> the answer, '
             f'<span style="color:{TURN_COLOR}">│</span> assistant turn start / end (dashed), '
-            f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. A long conversation scrolls sideways: '
-            f'click or drag in the overview to move there. Hover a word for its time and id.</div>')
+            f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. {calls}A long conversation scrolls '
+            f'sideways: click or drag in the overview to move there. Hover a word for its time and id.</div>')
 
 
 EMPTY = ('<div class="vc-tl-empty">The timeline appears here when an answer is ready: your recording and the answer '
