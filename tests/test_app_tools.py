@@ -159,6 +159,11 @@ def test_a_ticked_tool_runs_and_its_call_shows_everywhere(served):
     function_row = float(re.search(r'<text x="4" y="([\d.]+)"[^>]*>Function</text>', timeline).group(1)) - 12
     assert call_y == response_y == function_row + 2  # the top lane of the function row
     assert drawn["label"] == "calculate"
+    # the recording's frames after the call waited through the exchange: its silence starts that much later
+    silence_x = float(re.search(r'<rect x="([\d.]+)"[^>]*/><text [^>]*>silence after your recording<', timeline)
+                      .group(1))
+    assert silence_x == pytest.approx((prompt_frames + result.input_frames + response_end - start - first) * px,
+                                      abs=0.06)
     assert '"result": 42' in drawn["title"] and f"frames {start}–{end}" in drawn["title"]
 
     # conversation.json: the CLI's record, with the call as Result.tool_calls has it

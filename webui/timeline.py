@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from voicechat.live import held_positions
+
 USER_COLOR, ASSISTANT_COLOR, FUNCTION_COLOR, TURN_COLOR = "#3b82f6", "#f97316", "#a855f7", "#16a34a"
 LABEL_W = 92  # the row-label column (px)
 AXIS_H, WAVE_H, LANE_H, GAP = 26, 56, 17, 6  # detail rows (px)
@@ -67,6 +69,20 @@ def area_path(env: np.ndarray, x0: float, mid: float, half_h: float) -> str:
     bottom = " ".join(f"{x0 + i + 1:.0f} {mid + v:.2f} {x0 + i:.0f} {mid + v:.2f}" for i, v in reversed(list(
         enumerate(h))))
     return f"M{top} {bottom}Z"
+
+
+def heard_recording(audio: np.ndarray, rate: int, frame_seconds: float, start: int, held: set[int]) -> np.ndarray:
+    """The recording as the positions from ``start`` heard it: a frame of silence at each held position (a tool
+    exchange's: the user's frames waited, docs/tools.md §5), the rest of the recording after it."""
+    hop = rate * frame_seconds
+    pieces, taken = [], 0
+    for k, p in enumerate(sorted(h - start for h in held if h >= start)):
+        cut = round((p - k) * hop)  # the recording's sample that the position after the held ones heard
+        if cut >= audio.size:
+            break
+        pieces += [audio[taken:cut], np.zeros(round((p + 1) * hop) - round(p * hop), np.float32)]
+        taken = cut
+    return np.concatenate([*pieces, audio[taken:]])
 
 
 def piece_label(piece) -> str:
@@ -213,7 +229,9 @@ def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
     rows_end = rows["assistant"] + WAVE_H + GAP + 2
     chans = channels(answer, span, rows_end)
     height = chans[-1].y + chans[-1].height + 4
-    waves = (("user", "You", USER_COLOR, np.asarray(user_audio, np.float32), user_rate, span.recording_start),
+    heard = heard_recording(np.asarray(user_audio, np.float32), user_rate, r.frame_seconds, span.recording_start,
+                            held_positions(r.tool_calls, span.end))
+    waves = (("user", "You", USER_COLOR, heard, user_rate, span.recording_start),
              ("assistant", "Assistant", ASSISTANT_COLOR, np.asarray(r.audio, np.float32), r.sample_rate,
               r.first_frame))
     labels = [(AXIS_H - 10, "time", "currentColor", ".7")]
@@ -270,6 +288,8 @@ def shading(span: Span, r, x, top: float, bottom: float, user_row: tuple, labels
     ``x`` maps a position to the drawing's x."""
     out = []
     rec_end = span.recording_start + r.input_frames
+    for p in sorted(held_positions(r.tool_calls, span.end)):  # the recording's frames that waited came later
+        rec_end += p < rec_end
     if span.start < span.recording_start:
         out.append(region(x(span.start), x(span.recording_start), top, bottom, "system prompt" if labels else ""))
     if rec_end < span.end:
