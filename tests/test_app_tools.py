@@ -10,6 +10,7 @@ system prompt, EOTR where the response ends.
 
 from __future__ import annotations
 
+import dataclasses
 import html as html_module
 import json
 import re
@@ -26,7 +27,9 @@ import app  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from test_app import ADVANCED_DEFAULTS, OUT, free_port, text_of  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
-from voicechat.tools import BUILTIN_TOOLS, calculate, system_prompt  # noqa: E402
+from voicechat.result import FrameUpdate  # noqa: E402
+from voicechat.session import Frame  # noqa: E402
+from voicechat.tools import BUILTIN_TOOLS, ToolEvent, calculate, system_prompt  # noqa: E402
 from voicechat.tools.calls import response_text  # noqa: E402
 
 CALL = '<TOOLCALL>[{"name": "calculate", "arguments": {"expression": "6*7"}}]</TOOLCALL>'
@@ -124,11 +127,18 @@ def test_the_panel_offers_the_built_in_tools_and_shows_what_the_model_reads():
     assert app.model_prompt(PROMPT, ["convert_units", "calculate"]) == system_prompt(PROMPT, BUILTIN_TOOLS[1:])
 
 
-def test_a_ticked_tool_runs_and_its_call_shows_everywhere(served):
+@pytest.fixture(scope="module")
+def ticked(served):
+    """One Run with ``calculate`` ticked: (the app's outputs, what the model was asked, the Result it returned)."""
     client, model, recording = served
     out = run(client, recording, "calculate")
-    assert model.asked[-1] == dict(system_prompt=PROMPT, tools=(calculate,))
-    result = model.results[-1]
+    return out, model.asked[-1], model.results[-1]
+
+
+def test_a_ticked_tool_runs_and_its_call_shows_everywhere(served, ticked):
+    _, model, _ = served
+    out, asked, result = ticked
+    assert asked == dict(system_prompt=PROMPT, tools=(calculate,))
     start, end, response_end = model.layout(PROMPT, [calculate])
     (call,) = result.tool_calls
     assert (call.name, call.arguments, call.result, call.error) == ("calculate", {"expression": "6*7"}, RESULT, None)
@@ -171,6 +181,24 @@ def test_a_ticked_tool_runs_and_its_call_shows_everywhere(served):
     assert record["tool_calls"] == [json.loads(json.dumps(call.to_dict()))]
     assert record["system_prompt"] == PROMPT and record["prompt_frames"] == prompt_frames
     assert [t["name"] for t in record["settings"]["tools"]] == ["calculate"]
+
+
+def test_calls_show_while_the_answer_is_computed(ticked):
+    """The progress frames' tool events, as the engine reports them: a call in flight, then the same call answered
+    (the Tool calls box keeps the newest record of each call)."""
+    (done,) = ticked[2].tool_calls
+    running = dataclasses.replace(done, result=None, seconds=None, injection_start=None, injection_end=None,
+                                  end=None, eotr=None)
+    calls: dict = {}
+    for event in (ToolEvent("call", done.call_end, (running,)), ToolEvent("result", done.injection_start, (done,))):
+        frame = Frame(event.position, 0, 0, np.zeros(31, np.int32), np.zeros(0, np.float32), "", "", "", None, {},
+                      (event,))
+        app.note_calls(calls, eng.Event(eng.PROGRESS, update=FrameUpdate("frames", 1.0, 1.0, "", "", frame)))
+        shown = app.tool_calls_text(list(calls.values()), 10, 0.08)
+        if event.kind == "call":
+            assert shown.split("\n")[1] == "… calculate is running"
+    assert list(calls.values()) == [done]
+    assert shown == app.tool_calls_text([done], 10, 0.08) and shown.split("\n")[1].startswith("← calculate: ")
 
 
 def test_with_no_tool_ticked_the_request_carries_none(served):
