@@ -250,9 +250,6 @@ def save_outputs(answer: eng.Answer, run_dir: Path, ask: Question, model: str, d
 # ---------------------------------------------------------------------------------------------------------------
 # tools
 # ---------------------------------------------------------------------------------------------------------------
-TOOLS = {t.name: t for t in BUILTIN_TOOLS}  # what the Tools panel offers: tools that run on this computer
-
-
 def summary(description: str) -> str:
     """A tool description's first clause, for a one-line label."""
     for stop in (". ", ": "):
@@ -261,7 +258,8 @@ def summary(description: str) -> str:
 
 
 def tool_choices() -> list[tuple[str, str]]:
-    """The Tools panel's (label, value) pairs: each built-in tool's name and what it does."""
+    """The Tools panel's (label, value) pairs: each built-in tool (they run on this computer), named, with what it
+    does."""
     return [(f"{t.name}: {summary(t.description)}", t.name) for t in BUILTIN_TOOLS]
 
 
@@ -277,28 +275,9 @@ def model_prompt(instructions: Optional[str], names: Optional[Sequence[str]]) ->
     return tool_prompt(instructions or "", picked_tools(names))
 
 
-def call_lines(call, recording_start: int, frame_seconds: float) -> list[str]:
-    """What the Tool calls box says of one call (voicechat.tools.ToolCall), with the Talk live tab's arrows: the
-    call at its time and positions, then its result or error, how long the tool ran and where the model read it."""
-    name = call.name or "a call"
-    arguments = json.dumps(call.arguments, ensure_ascii=False) if call.arguments is not None else "?"
-    at = (call.call_start - recording_start) * frame_seconds
-    lines = [f"→ {name}({arguments}) at {at:.2f} s (frames {call.call_start}–{call.call_end})"]
-    ran = f"ran {call.seconds:.3f} s" if call.seconds is not None else "not run"
-    read = (f"; read by the model at frames {call.injection_start}–{call.injection_end - 1}"
-            if call.injection_start is not None else "")
-    if call.error is not None:
-        lines.append(f"✗ {name}: {call.error} ({ran}{read})")
-    elif call.seconds is None:
-        lines.append(f"… {name} is running")
-    else:
-        lines.append(f"← {name}: {json.dumps(call.result, ensure_ascii=False)} ({ran}{read})")
-    return lines
-
-
 def tool_calls_text(calls: Sequence, recording_start: int, frame_seconds: float) -> str:
-    """Every call so far, two lines each; positions are timeline frames, times from the start of the recording."""
-    return "\n".join(line for call in calls for line in call_lines(call, recording_start, frame_seconds))
+    """The Tool calls box: every call so far, two lines each (the timeline's tooltip of the call)."""
+    return "\n".join(line for call in calls for line in timeline.call_lines(call, recording_start, frame_seconds))
 
 
 def note_calls(calls: dict, event: eng.Event) -> None:

@@ -174,7 +174,7 @@ def test_a_ticked_tool_runs_and_its_call_shows_everywhere(served, ticked):
                       .group(1))
     assert silence_x == pytest.approx((prompt_frames + result.input_frames + response_end - start - first) * px,
                                       abs=0.06)
-    assert '"result": 42' in drawn["title"] and f"frames {start}–{end}" in drawn["title"]
+    assert drawn["title"] == out[OUT["tool_calls"]]  # hovered, the call says what the Tool calls box says
 
     # conversation.json: the CLI's record, with the call as Result.tool_calls has it
     record = conversation(out)

@@ -267,8 +267,9 @@ def overview(answer, span: Span, waves) -> str:
             marks = "".join(f"M{p.frame - span.start + 0.5:.1f} {marks_y}V{h}" for p in pieces)
             out.append(f'<path d="{marks}" stroke="{color}" stroke-opacity=".6" vector-effect="non-scaling-stroke"/>')
     for call in r.tool_calls:  # the whole exchange, call and response, on the marks row
-        out.append(f'<rect x="{call.call_start - span.start}" y="{marks_y}" width="{exchange_end(call) - call.call_start}" '
-                   f'height="{OVERVIEW_MARKS_H}" fill="{FUNCTION_COLOR}" fill-opacity=".45"/>')
+        out.append(f'<rect x="{call.call_start - span.start}" y="{marks_y}" '
+                   f'width="{exchange_end(call) - call.call_start}" height="{OVERVIEW_MARKS_H}" fill="{FUNCTION_COLOR}" '
+                   f'fill-opacity=".45"/>')
     for frames, dash in ((answer.turn_starts, ""), (answer.turn_ends, "3 3")):
         for p in frames:
             out.append(f'<path d="M{p - span.start} 0V{h}" stroke="{TURN_COLOR}" stroke-width="1.5" '
@@ -364,10 +365,10 @@ def tool_call(call, lane: int, c: Channel, span: Span) -> str:
         out.append(f'<rect x="{x:.1f}" y="{top}" width="{width:.1f}" height="{bottom - top}" fill="{FUNCTION_COLOR}" '
                    f'fill-opacity=".06"/><rect class="{kind}" x="{x:.1f}" y="{bar_y}" width="{width:.1f}" '
                    f'height="{LANE_H - 4}" rx="3" fill="{FUNCTION_COLOR}" fill-opacity="{opacity}"/>')
-    label = call_label(call)
+    label, lines = call_label(call), "\n".join(call_lines(call, span.recording_start, span.frame_seconds))
     out.append(f'<text x="{span.x(call.call_start) + 2:.1f}" y="{bar_y + LANE_H - 7}" fill="currentColor" '
                f'font-weight="600" textLength="{label_width(label):.1f}" lengthAdjust="spacingAndGlyphs">'
-               f'{html.escape(label)}</text><title>{html.escape(call_summary(call, span))}</title></g>')
+               f'{html.escape(label)}</text><title>{html.escape(lines)}</title></g>')
     return "".join(out)
 
 
@@ -375,14 +376,24 @@ def none_as_empty(value) -> str:
     return "" if value is None else str(value)
 
 
-def call_summary(call, span: Span) -> str:
-    outcome = (f"error: {call.error}" if call.error is not None else
-               f"result: {json.dumps(call.result, ensure_ascii=False)}" if call.seconds is not None else "no result")
-    where = f"call at {span.seconds(call.call_start):.2f} s (frames {call.call_start}–{call.call_end})"
-    if call.injection_start is not None:
-        where += f", response read at frames {call.injection_start}–{call.injection_end - 1}"
-    ran = f", ran {call.seconds:.3f} s" if call.seconds is not None else ""
-    return f"{call_label(call)}({json.dumps(call.arguments, ensure_ascii=False)}) → {outcome} · {where}{ran}"
+def call_lines(call, recording_start: int, frame_seconds: float) -> list[str]:
+    """Two lines on one tool call (voicechat.tools.ToolCall), with the Talk live tab's arrows: the call at its time
+    (from the start of the recording) and positions, then its result or error, how long the tool ran and where the
+    model read the response."""
+    name = call_label(call)
+    arguments = json.dumps(call.arguments, ensure_ascii=False) if call.arguments is not None else "?"
+    at = (call.call_start - recording_start) * frame_seconds
+    lines = [f"→ {name}({arguments}) at {at:.2f} s (frames {call.call_start}–{call.call_end})"]
+    ran = f"ran {call.seconds:.3f} s" if call.seconds is not None else "not run"
+    read = (f"; read by the model at frames {call.injection_start}–{call.injection_end - 1}"
+            if call.injection_start is not None else "")
+    if call.error is not None:
+        lines.append(f"✗ {name}: {call.error} ({ran}{read})")
+    elif call.seconds is None:
+        lines.append(f"… {name} is running")
+    else:
+        lines.append(f"← {name}: {json.dumps(call.result, ensure_ascii=False)} ({ran}{read})")
+    return lines
 
 
 def legend(frame_seconds: float, tools: bool = False) -> str:
