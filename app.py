@@ -38,6 +38,7 @@ from voicechat.audio import check_recording, check_upload, duration_words, read_
 from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
+from voicechat.tools import BUILTIN_TOOLS, system_prompt as tool_prompt  # noqa: E402
 from webui import stream, talk, timeline  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
@@ -68,7 +69,9 @@ HOW_TO = f"""
 1. **Record** your question with the microphone, or **drop an audio file** on the input ({FORMATS}; any sample
    rate, mono or stereo). Or pick one of the examples below the Run button. The recording is checked at once.
 2. Optionally choose **who the assistant is** (system prompt) and a **seed**: the same recording, prompt and seed give
-   the same answer; another seed gives another take of the voice.
+   the same answer; another seed gives another take of the voice. Under **Tools**, tick the built-in tools the model
+   may call (the time, a calculator, unit conversion): they run on this computer, and each call and its result show
+   under **Tool calls** and on the timeline.
 3. Press **Run** (or **Ctrl+Enter**). The assistant's words appear while it thinks and the answer plays when it is
    ready. **Cancel** stops within one frame.
 
@@ -82,7 +85,8 @@ LIMITS = f"""
 - **Speed depends on the machine.** The 4-bit model has been reported to run near real time on recent Apple Silicon;
   on a Linux or Intel CPU it is around 100x slower than real time. {RTF_MEANING}
 - **Use headphones** when you talk to it live: there is no echo cancellation, so through speakers it hears itself.
-- The **function channel** shows the model's tool-call tokens; this app does not run any tools.
+- The **function channel** shows the model's tool-call tokens. The app runs only the built-in tools ticked under
+  **Tools** (none by default); the model reads their descriptions before your recording, so it starts later.
 - It is a research model: answers can be wrong, repetitive or cut off.
 """
 
@@ -222,10 +226,11 @@ class Question:
 
     samples: np.ndarray
     rate: int
-    system_prompt: str
+    system_prompt: str  # the instructions; the model reads them with the tools' block (model_prompt)
     seed: int
     config: GenerationConfig
     input_name: str
+    tools: tuple = ()  # voicechat.tools.Tool objects the model may call
 
 
 def save_outputs(answer: eng.Answer, run_dir: Path, ask: Question, model: str, demo_model: bool) -> tuple[Path, Path]:
@@ -240,6 +245,45 @@ def save_outputs(answer: eng.Answer, run_dir: Path, ask: Question, model: str, d
     js = run_dir / "conversation.json"
     js.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return wav, js
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tools
+# ---------------------------------------------------------------------------------------------------------------
+def summary(description: str) -> str:
+    """A tool description's first clause, for a one-line label."""
+    for stop in (". ", ": "):
+        description = description.split(stop, 1)[0]
+    return description.strip().rstrip(".")
+
+
+def tool_choices() -> list[tuple[str, str]]:
+    """The Tools panel's (label, value) pairs: each built-in tool (they run on this computer), named, with what it
+    does."""
+    return [(f"{t.name}: {summary(t.description)}", t.name) for t in BUILTIN_TOOLS]
+
+
+def picked_tools(names: Optional[Sequence[str]]) -> tuple:
+    """The ticked tools, in the panel's order (Gradio refuses a value that is not one of the choices)."""
+    names = set(names or ())
+    return tuple(t for t in BUILTIN_TOOLS if t.name in names)
+
+
+def model_prompt(instructions: Optional[str], names: Optional[Sequence[str]]) -> str:
+    """The system prompt the model reads: the instructions, with NVIDIA's tool block when tools are ticked (the
+    engine builds the same from the request, voicechat.tools.system_prompt)."""
+    return tool_prompt(instructions or "", picked_tools(names))
+
+
+def tool_calls_text(calls: Sequence, recording_start: int, frame_seconds: float) -> str:
+    """The Tool calls box: every call so far, two lines each (the timeline's tooltip of the call)."""
+    return "\n".join(line for call in calls for line in timeline.call_lines(call, recording_start, frame_seconds))
+
+
+def note_calls(calls: dict, event: eng.Event) -> None:
+    """Keep, by call id, the newest record of each tool call that a progress event's frame reports."""
+    for tool_event in event.frame.events if event.frame is not None else ():
+        calls.update((call.call_id, call) for call in tool_event.calls)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -277,7 +321,7 @@ class RecordAndRun:
     submit jobs to the engine and render its events."""
 
     OUTPUTS = ("status", "answer_audio", "transcript", "assistant", "function", "timeline", "timings", "downloads",
-               "player")
+               "player", "tool_calls")
 
     def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False):
         self.engine = engine
@@ -302,6 +346,15 @@ class RecordAndRun:
                 dice = gr.Button("New seed", size="sm", render=False)
                 seed = gr.Number(0, precision=0, label="Seed", minimum=0, buttons=[dice],
                                  info="Same input + same seed = same answer. Another seed: another take of the voice.")
+                with gr.Accordion("Tools", open=True, elem_id="vc-tools"):
+                    tools = gr.CheckboxGroup(tool_choices(), value=[], label="Built-in tools the model may call",
+                                             info="They run on this computer; each call and its result show under "
+                                                  "Tool calls and on the timeline. The model reads their "
+                                                  "descriptions before your recording, so it starts later.",
+                                             elem_id="tools-picker")
+                    with gr.Accordion("What the model reads (the system prompt with the tools)", open=False):
+                        reads = gr.Textbox(NVIDIA_PROMPT, lines=3, max_lines=14, interactive=False, show_label=False,
+                                           buttons=["copy"], elem_id="vc-model-prompt")
                 with gr.Accordion("Advanced", open=False):
                     extra = gr.Slider(0, 60, value=0, step=0.5, label="Extra seconds after your recording",
                                       info="Silence the model answers in. 0 = automatic: until the answer ends.")
@@ -344,6 +397,9 @@ class RecordAndRun:
                 function = gr.Textbox(label="Function channel", lines=1, max_lines=6, interactive=False,
                                       buttons=["copy"], placeholder="(tool-call tokens appear here)",
                                       elem_id="vc-function")
+                tool_calls = gr.Textbox(label="Tool calls", lines=1, max_lines=10, interactive=False,
+                                        buttons=["copy"], elem_id="vc-tool-calls",
+                                        placeholder="(calls of the tools ticked under Tools, and their results)")
         with gr.Accordion("Timeline", open=True):
             timeline_view = gr.HTML(timeline.EMPTY, label="Timeline", elem_id="vc-timeline",
                                     js_on_load=timeline.SCRIPT)
@@ -356,9 +412,9 @@ class RecordAndRun:
                                     interactive=False, elem_id="vc-downloads")
 
         outputs_list = [status, answer_audio, transcript, assistant, function, timeline_view, timings, downloads,
-                        player]
+                        player, tool_calls]
         inputs_list = [audio_in, prompt, seed, extra, max_extra, temperature, top_p, repetition, tts_override,
-                       tts_guidance, tts_top_p, tts_noise, turn_markers, reference]
+                       tts_guidance, tts_top_p, tts_noise, turn_markers, reference, tools]
         # every Run reaches the engine at once (concurrency_limit=None): the engine's queue is the only queue
         (run_btn.click(self.buttons_busy, None, [run_btn, cancel_btn], api_visibility="private", queue=False)
          .then(self.run, inputs_list, outputs_list, api_name="run", show_progress="hidden", concurrency_limit=None)
@@ -368,6 +424,9 @@ class RecordAndRun:
         audio_in.change(self.check_input, audio_in, [audio_in, status], api_name="check", queue=False,
                         show_progress="hidden")
         preset.change(lambda name: PROMPT_PRESETS[name], preset, prompt, api_visibility="private", queue=False)
+        for picked in (prompt, tools):  # a preset's prompt changes the prompt too
+            picked.change(model_prompt, [prompt, tools], reads, api_visibility="private", queue=False,
+                          show_progress="hidden")
         dice.click(lambda: secrets.randbelow(2**31), None, seed, api_visibility="private", queue=False)
         for button, values in ((greedy_btn, GREEDY_TEXT), (nvidia_btn, NVIDIA_TEXT)):
             button.click(constant(values), None, [temperature, top_p, repetition], api_visibility="private",
@@ -416,10 +475,11 @@ class RecordAndRun:
 
     def run(self, audio_path, system_prompt, seed, extra_seconds, max_extra_seconds, temperature, top_p,
             repetition_penalty, tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference,
-            request: gr.Request = None) -> Iterator[tuple]:
-        """Submit one conversation to the engine and stream its progress; the last yield has every output."""
+            tools=None, request: gr.Request = None) -> Iterator[tuple]:
+        """Submit one conversation to the engine and stream its progress; the last yield has every output.
+        ``tools``: the names of the built-in tools ticked (none: the model reads the system prompt alone)."""
         cleared = dict(answer_audio=None, transcript="", assistant="", function="", timeline=timeline.EMPTY,
-                       timings="No timings yet.", downloads=None)
+                       timings="No timings yet.", downloads=None, tool_calls="")
         if not audio_path:
             yield self._frame(status=status_html("error", "No recording yet",
                                                  "Record with the microphone or drop an audio file first."))
@@ -429,13 +489,14 @@ class RecordAndRun:
             check_recording(samples, rate)
             config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
                                        tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
-            ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name)
+            ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name,
+                           picked_tools(tools))
         except (AudioInputError, ValueError, TypeError) as e:
             yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
             return
         try:
-            job = self.engine.submit(eng.Request(ask.samples, ask.rate, ask.system_prompt, ask.seed, ask.config),
-                                     owner=getattr(request, "session_hash", None))
+            job = self.engine.submit(eng.Request(ask.samples, ask.rate, ask.system_prompt, ask.seed, ask.config,
+                                                 ask.tools), owner=getattr(request, "session_hash", None))
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
@@ -451,11 +512,12 @@ class RecordAndRun:
         """Render the job's events until it ends; progress at most 5 times a second."""
         position, last_shown, unshown = 0, 0.0, None
         running, frames = False, None  # once it runs: (the prompt's positions, seconds per position)
+        calls: dict = {}  # call id -> the newest record of each tool call the frames reported
         while True:
             event = job.next_event(timeout=0.25)
             if event is None:  # nothing new; yield anyway: Gradio can only close (cancel) a generator at a yield
                 if unshown is not None:
-                    yield self._progress_frame(unshown, frames, ask)
+                    yield self._progress_frame(unshown, frames, ask, calls)
                     unshown = None
                 else:
                     yield self._frame() if running else self._waiting_frame(job, position)
@@ -468,10 +530,11 @@ class RecordAndRun:
             elif event.kind == eng.PROGRESS:
                 if event.frame is not None and event.frame.position >= (0 if ask.config.reference else frames[0]):
                     answer.push(event.frame.audio, event.seconds)  # the answer's positions (Result.audio's)
+                note_calls(calls, event)
                 unshown = event
                 if time.monotonic() - last_shown >= 0.2:
                     last_shown = time.monotonic()
-                    yield self._progress_frame(event, frames, ask)
+                    yield self._progress_frame(event, frames, ask, calls)
                     unshown = None
             elif event.kind == eng.DONE:
                 yield self._finished(event.answer, ask, job.id)
@@ -488,9 +551,10 @@ class RecordAndRun:
     def _waiting_frame(self, job: eng.Job, position: int) -> tuple:
         return self._frame(status=waiting_status(position, self.engine.wait_seconds(job), self.engine.status()))
 
-    def _progress_frame(self, event: eng.Event, frames: tuple[int, float], ask: Question) -> tuple:
+    def _progress_frame(self, event: eng.Event, frames: tuple[int, float], ask: Question, calls: dict) -> tuple:
         status = progress_status(event, frames[0], bounded(ask.config), frames[1])
-        return self._frame(status=status, assistant=event.update.text, function=event.update.function_text)
+        return self._frame(status=status, assistant=event.update.text, function=event.update.function_text,
+                           tool_calls=tool_calls_text(list(calls.values()), *frames))
 
     def _finished(self, answer: eng.Answer, ask: Question, job_id: int) -> tuple:
         r = answer.result
@@ -498,6 +562,7 @@ class RecordAndRun:
         wav, js = save_outputs(answer, run_dir, ask, self.engine.name, self.demo_mode)
         return self._frame(status=done_status(answer), answer_audio=str(wav), transcript=r.user_transcript,
                            assistant=r.text, function=r.function_text,
+                           tool_calls=tool_calls_text(r.tool_calls, r.prompt_frames, r.frame_seconds),
                            timeline=timeline.timeline_html(answer, ask.samples, ask.rate),
                            timings=timings_markdown(answer, self.engine.status().load_seconds),
                            downloads=[str(wav), str(js)])

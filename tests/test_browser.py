@@ -141,6 +141,26 @@ def test_upload_run_and_see_the_answer(served, page):
     save(page.locator("#vc-timeline"), "timeline.png")
 
 
+def test_the_tools_panel_lists_the_built_in_tools_and_shows_what_the_model_reads(served, page):
+    url, _ = served
+    page.goto(url, wait_until="networkidle")
+    picker = page.locator("#tools-picker")
+    expect(picker).to_be_visible()
+    boxes = picker.get_by_role("checkbox")
+    expect(boxes).to_have_count(3)
+    for label, _name in app.tool_choices():
+        expect(picker.get_by_label(label, exact=True)).not_to_be_checked()  # none ticked: NVIDIA's prompt alone
+    page.get_by_role("button", name="What the model reads (the system prompt with the tools)").click()
+    reads = page.locator("#vc-model-prompt textarea")
+    expect(reads).to_have_value(app.NVIDIA_PROMPT)
+    picker.get_by_label(app.tool_choices()[1][0], exact=True).check()
+    expect(reads).to_have_value(app.model_prompt(app.NVIDIA_PROMPT, ["calculate"]))
+    page.get_by_label("Assistant persona").click()  # another persona: the prompt and its tool block follow
+    page.get_by_role("option", name="Brief answers").click()
+    expect(reads).to_have_value(app.model_prompt(app.PROMPT_PRESETS["Brief answers"], ["calculate"]))
+    save(page.locator("#vc-tools"), "tools_panel.png")
+
+
 def test_record_with_the_microphone_and_run_with_ctrl_enter(served, page):
     url, model = served
     model.gate = None

@@ -90,6 +90,13 @@ def test_the_system_prompt_frames_are_shaded_in_reference_mode():
     assert ">-0.4 s<" not in html and ">-1 s<" not in html  # the prompt's 5 frames (0.4 s) hold no whole second
 
 
+def test_the_recording_waits_through_the_held_positions():
+    audio = np.arange(1, 11, dtype=np.float32)  # 5 frames of 2 samples (rate 25, 80 ms frames)
+    heard = tl.heard_recording(audio, 25, 0.08, 5, {3, 7, 8, 40})  # 3: the prompt's; 40: after the recording
+    assert heard.tolist() == [1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8, 9, 10]
+    assert tl.heard_recording(audio, 25, 0.08, 5, set()).tolist() == audio.tolist()
+
+
 def test_the_row_labels_are_a_column_of_their_own():
     html = tl.timeline_html(scripted_answer(), np.zeros(16000, np.float32), 16000)
     labels = re.search(r'<svg class="vc-tl-labels".*?</svg>', html).group(0)

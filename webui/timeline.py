@@ -1,5 +1,6 @@
 """The conversation timeline: the recording and the answer on one axis of model positions (80 ms each), each of the
-assistant's words and function-channel tokens at the position where the model emitted it, turn starts and ends.
+assistant's words and function-channel tokens at the position where the model emitted it, turn starts and ends, and
+each tool call on the function row: the positions of the call and of the response the model read, named.
 
 HTML and inline SVG, no plotting library:
 - an overview of the whole conversation that fits the page width, with a window marking the part shown below it;
@@ -14,11 +15,14 @@ HTML and inline SVG, no plotting library:
 from __future__ import annotations
 
 import html
+import json
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from voicechat.live import held_positions
 
 USER_COLOR, ASSISTANT_COLOR, FUNCTION_COLOR, TURN_COLOR = "#3b82f6", "#f97316", "#a855f7", "#16a34a"
 LABEL_W = 92  # the row-label column (px)
@@ -65,6 +69,20 @@ def area_path(env: np.ndarray, x0: float, mid: float, half_h: float) -> str:
     bottom = " ".join(f"{x0 + i + 1:.0f} {mid + v:.2f} {x0 + i:.0f} {mid + v:.2f}" for i, v in reversed(list(
         enumerate(h))))
     return f"M{top} {bottom}Z"
+
+
+def heard_recording(audio: np.ndarray, rate: int, frame_seconds: float, start: int, held: set[int]) -> np.ndarray:
+    """The recording as the positions from ``start`` heard it: a frame of silence at each held position (a tool
+    exchange's: the user's frames waited, docs/tools.md §5), the rest of the recording after it."""
+    hop = rate * frame_seconds
+    pieces, taken = [], 0
+    for k, p in enumerate(sorted(h - start for h in held if h >= start)):
+        cut = round((p - k) * hop)  # the recording's sample that the position after the held ones heard
+        if cut >= audio.size:
+            break
+        pieces += [audio[taken:cut], np.zeros(round((p + 1) * hop) - round(p * hop), np.float32)]
+        taken = cut
+    return np.concatenate([*pieces, audio[taken:]])
 
 
 def piece_label(piece) -> str:
@@ -155,25 +173,43 @@ class Span:
 
 @dataclass(frozen=True)
 class Channel:
-    """One row of labels: the pieces, the lane of each, where the row starts."""
+    """One row of labels: the pieces, the lane of each, where the row starts; on the function row also the tool
+    calls (voicechat.tools.ToolCall), each in a lane of its own above the tokens' lanes."""
 
     name: str
     color: str
     pieces: tuple
     lanes: tuple
     y: float
+    calls: tuple = ()
+    call_lanes: tuple = ()
+
+    @property
+    def call_rows(self) -> int:
+        return max(self.call_lanes, default=-1) + 1
 
     @property
     def height(self) -> float:
-        return max(max(self.lanes, default=0) + 1, 1) * LANE_H
+        return (self.call_rows + max(max(self.lanes, default=0) + 1, 1)) * LANE_H
+
+    def lane_y(self, lane: int) -> float:
+        """The top of a token lane (below the calls' lanes)."""
+        return self.y + (self.call_rows + lane) * LANE_H
+
+
+def call_label(call) -> str:
+    return call.name or "unreadable call"
 
 
 def channels(answer, span: Span, top: float) -> list[Channel]:
+    calls = tuple(answer.result.tool_calls)
+    call_lanes = pack_lanes([span.x(c.call_start) for c in calls], [label_width(call_label(c)) for c in calls])
     out, y = [], top
-    for name, color, pieces in (("Words", "currentColor", answer.text_pieces),
-                                ("Function", FUNCTION_COLOR, answer.function_pieces)):
+    for name, color, pieces, tools in (("Words", "currentColor", answer.text_pieces, ()),
+                                       ("Function", FUNCTION_COLOR, answer.function_pieces, calls)):
         lanes = pack_lanes([span.x(p.frame) for p in pieces], [label_width(piece_label(p)) for p in pieces])
-        out.append(Channel(name, color, tuple(pieces), tuple(lanes), y))
+        out.append(Channel(name, color, tuple(pieces), tuple(lanes), y, tools,
+                           tuple(call_lanes) if tools else ()))
         y += out[-1].height + GAP
     return out
 
@@ -193,7 +229,9 @@ def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
     rows_end = rows["assistant"] + WAVE_H + GAP + 2
     chans = channels(answer, span, rows_end)
     height = chans[-1].y + chans[-1].height + 4
-    waves = (("user", "You", USER_COLOR, np.asarray(user_audio, np.float32), user_rate, span.recording_start),
+    heard = heard_recording(np.asarray(user_audio, np.float32), user_rate, r.frame_seconds, span.recording_start,
+                            held_positions(r.tool_calls, span.end))
+    waves = (("user", "You", USER_COLOR, heard, user_rate, span.recording_start),
              ("assistant", "Assistant", ASSISTANT_COLOR, np.asarray(r.audio, np.float32), r.sample_rate,
               r.first_frame))
     labels = [(AXIS_H - 10, "time", "currentColor", ".7")]
@@ -203,10 +241,11 @@ def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
                  f'style="color:var(--body-text-color)">'
                  + "".join(f'<text x="4" y="{y:.0f}" fill="{color}" font-weight="600" opacity="{opacity}">{name}'
                            f'</text>' for y, name, color, opacity in labels) + "</svg>")
-    return (f'<div class="vc-tl" data-frames="{span.frames}" data-px-per-frame="{span.px_per_frame:.4f}">'
+    return (f'<div class="vc-tl" data-frames="{span.frames}" data-px-per-frame="{span.px_per_frame:.4f}" '
+            f'data-start="{span.start}">'
             f'<div class="vc-tl-head">Overview</div>{overview(answer, span, waves)}{label_svg}'
             f'<div class="vc-tl-scroll">{detail(answer, span, waves, rows, chans, height)}</div></div>'
-            + legend(span.frame_seconds))
+            + legend(span.frame_seconds, bool(r.tool_calls)))
 
 
 def overview(answer, span: Span, waves) -> str:
@@ -227,6 +266,10 @@ def overview(answer, span: Span, waves) -> str:
         if pieces:
             marks = "".join(f"M{p.frame - span.start + 0.5:.1f} {marks_y}V{h}" for p in pieces)
             out.append(f'<path d="{marks}" stroke="{color}" stroke-opacity=".6" vector-effect="non-scaling-stroke"/>')
+    for call in r.tool_calls:  # the whole exchange, call and response, on the marks row
+        out.append(f'<rect x="{call.call_start - span.start}" y="{marks_y}" '
+                   f'width="{exchange_end(call) - call.call_start}" height="{OVERVIEW_MARKS_H}" fill="{FUNCTION_COLOR}" '
+                   f'fill-opacity=".45"/>')
     for frames, dash in ((answer.turn_starts, ""), (answer.turn_ends, "3 3")):
         for p in frames:
             out.append(f'<path d="M{p - span.start} 0V{h}" stroke="{TURN_COLOR}" stroke-width="1.5" '
@@ -246,6 +289,8 @@ def shading(span: Span, r, x, top: float, bottom: float, user_row: tuple, labels
     ``x`` maps a position to the drawing's x."""
     out = []
     rec_end = span.recording_start + r.input_frames
+    for p in sorted(held_positions(r.tool_calls, span.end)):  # the recording's frames that waited came later
+        rec_end += p < rec_end
     if span.start < span.recording_start:
         out.append(region(x(span.start), x(span.recording_start), top, bottom, "system prompt" if labels else ""))
     if rec_end < span.end:
@@ -285,11 +330,12 @@ def detail(answer, span: Span, waves, rows: dict, chans: list[Channel], height: 
                        f'stroke-width="1.5" stroke-dasharray="{dash}"><title>{name} at {span.seconds(p):.2f} s '
                        f'(frame {p})</title></path>')
     for c in chans:
+        out += [tool_call(call, lane, c, span) for call, lane in zip(c.calls, c.call_lanes)]
         if not c.pieces:
-            out.append(f'<text x="4" y="{c.y + 12}" fill="currentColor" opacity=".45">(none)</text>')
+            out.append(f'<text x="4" y="{c.lane_y(0) + 12}" fill="currentColor" opacity=".45">(none)</text>')
         for p, lane in zip(c.pieces, c.lanes):
             label = piece_label(p)
-            out.append(f'<text class="vc-tl-word" x="{span.x(p.frame):.1f}" y="{c.y + 12 + lane * LANE_H}" '
+            out.append(f'<text class="vc-tl-word" x="{span.x(p.frame):.1f}" y="{c.lane_y(lane) + 12}" '
                        f'fill="{c.color}" textLength="{label_width(label):.1f}" lengthAdjust="spacingAndGlyphs">'
                        f'{html.escape(label)}<title>{span.seconds(p.frame):.2f} s · frame {p.frame} · id '
                        f'{p.token_id} {html.escape(p.token)}</title></text>')
@@ -297,13 +343,68 @@ def detail(answer, span: Span, waves, rows: dict, chans: list[Channel], height: 
     return "".join(out)
 
 
-def legend(frame_seconds: float) -> str:
+def exchange_end(call) -> int:
+    """One past the last position of a call's exchange that exists: the response's, else the call's (a run that
+    ended before the response)."""
+    return call.injection_end if call.injection_end is not None else call.call_end + 1
+
+
+def tool_call(call, lane: int, c: Channel, span: Span) -> str:
+    """One tool call on the function row: the call's positions (SOTC..EOTC) solid and the response's (the positions
+    that read it) light, shaded through the row, named in the call's lane; hover for the arguments and the result."""
+    top, bottom = c.y, c.y + c.height
+    bar_y = c.y + lane * LANE_H + 2
+    parts = [(call.call_start, call.call_end + 1, ".45", "vc-tl-call")]
+    if call.injection_start is not None:
+        parts.append((call.injection_start, call.injection_end, ".18", "vc-tl-response"))
+    out = [f'<g class="vc-tl-tool" data-name="{html.escape(call.name)}" data-call-start="{call.call_start}" '
+           f'data-call-end="{call.call_end}" data-injection-start="{none_as_empty(call.injection_start)}" '
+           f'data-injection-end="{none_as_empty(call.injection_end)}">']
+    for start, end, opacity, kind in parts:
+        x, width = span.x(start), span.x(end) - span.x(start)
+        out.append(f'<rect x="{x:.1f}" y="{top}" width="{width:.1f}" height="{bottom - top}" fill="{FUNCTION_COLOR}" '
+                   f'fill-opacity=".06"/><rect class="{kind}" x="{x:.1f}" y="{bar_y}" width="{width:.1f}" '
+                   f'height="{LANE_H - 4}" rx="3" fill="{FUNCTION_COLOR}" fill-opacity="{opacity}"/>')
+    label, lines = call_label(call), "\n".join(call_lines(call, span.recording_start, span.frame_seconds))
+    out.append(f'<text x="{span.x(call.call_start) + 2:.1f}" y="{bar_y + LANE_H - 7}" fill="currentColor" '
+               f'font-weight="600" textLength="{label_width(label):.1f}" lengthAdjust="spacingAndGlyphs">'
+               f'{html.escape(label)}</text><title>{html.escape(lines)}</title></g>')
+    return "".join(out)
+
+
+def none_as_empty(value) -> str:
+    return "" if value is None else str(value)
+
+
+def call_lines(call, recording_start: int, frame_seconds: float) -> list[str]:
+    """Two lines on one tool call (voicechat.tools.ToolCall), with the Talk live tab's arrows: the call at its time
+    (from the start of the recording) and positions, then its result or error, how long the tool ran and where the
+    model read the response."""
+    name = call_label(call)
+    arguments = json.dumps(call.arguments, ensure_ascii=False) if call.arguments is not None else "?"
+    at = (call.call_start - recording_start) * frame_seconds
+    lines = [f"→ {name}({arguments}) at {at:.2f} s (frames {call.call_start}–{call.call_end})"]
+    ran = f"ran {call.seconds:.3f} s" if call.seconds is not None else "not run"
+    read = (f"; read by the model at frames {call.injection_start}–{call.injection_end - 1}"
+            if call.injection_start is not None else "")
+    if call.error is not None:
+        lines.append(f"✗ {name}: {call.error} ({ran}{read})")
+    elif call.seconds is None:
+        lines.append(f"… {name} is running")
+    else:
+        lines.append(f"← {name}: {json.dumps(call.result, ensure_ascii=False)} ({ran}{read})")
+    return lines
+
+
+def legend(frame_seconds: float, tools: bool = False) -> str:
+    calls = (f'<span style="color:{FUNCTION_COLOR}">▬</span> a tool call (solid) and the response the model read '
+             f'(light), named; hover for the arguments and the result. ' if tools else "")
     return (f'<div class="vc-tl-legend">One column = one {1000 * frame_seconds:.0f} ms frame. '
             f'<span style="color:{USER_COLOR}">■</span> your recording, '
             f'<span style="color:{ASSISTANT_COLOR}">■</span> the answer, '
             f'<span style="color:{TURN_COLOR}">│</span> assistant turn start / end (dashed), '
-            f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. A long conversation scrolls sideways: '
-            f'click or drag in the overview to move there. Hover a word for its time and id.</div>')
+            f'<span style="color:{FUNCTION_COLOR}">■</span> function channel. {calls}A long conversation scrolls '
+            f'sideways: click or drag in the overview to move there. Hover a word for its time and id.</div>')
 
 
 EMPTY = ('<div class="vc-tl-empty">The timeline appears here when an answer is ready: your recording and the answer '
