@@ -5,8 +5,9 @@
     python app.py --demo                # a tiny random-weight model built locally: the UI works, the answers are noise
     python app.py --share --port 8000   # also serve a public Gradio link (only outputs/ and assets/ are served)
 
-This file is the UI only (widgets, events, formatting); the timeline drawing is webui/timeline.py. All model work
-happens on the engine thread (voicechat/engine.py); the handlers here submit jobs and render the engine's events.
+This file is the UI only (widgets, events, formatting); the timeline drawing is voicechat/webui/timeline.py. All
+model work happens on the engine thread (voicechat/engine.py); the handlers here submit jobs and render the engine's
+events.
 The page is a set of tabs around one engine: ``build_app`` puts each tab's ``build()`` in a ``gr.Tab``.
 
 One queue: the engine's. Gradio hands every Run to its handler at once (no concurrency limit on it), the handler
@@ -39,7 +40,7 @@ from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, system_prompt as tool_prompt  # noqa: E402
-from webui import stream, talk, timeline  # noqa: E402
+from voicechat.webui import stream, talk, timeline  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 ASSETS = APP_DIR / "assets"
@@ -387,7 +388,7 @@ class RecordAndRun:
                                                 f'{"stereo" if e["channels"] > 1 else "mono"})' for e in examples])
             with gr.Column(scale=6):
                 status = gr.HTML(engine_status_card(self.engine.status()), label="Status", elem_id="vc-status")
-                # the answer plays while it is generated (webui/stream.py); this player is for listening again
+                # the answer plays while it is generated (voicechat/webui/stream.py); this player is for listening again
                 player = gr.HTML(stream.player_html(None), js_on_load=stream.MOUNT_JS, elem_id="vc-answer-stream")
                 answer_audio = gr.Audio(label="Answer", type="filepath", interactive=False, elem_id="vc-answer")
                 assistant = gr.Textbox(label="Assistant text", lines=3, max_lines=10, interactive=False,
@@ -500,7 +501,7 @@ class RecordAndRun:
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
-        answer = stream.ANSWERS.open(stream.ANSWER_RATE)  # heard while it is generated (webui/stream.py)
+        answer = stream.ANSWERS.open(stream.ANSWER_RATE)  # heard while it is generated (voicechat/webui/stream.py)
         try:
             yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **cleared)
             yield from self._follow(job, ask, answer)

@@ -894,7 +894,7 @@ def test_the_readme_example_streams_a_wav_and_saves_the_answer(server, tmp_path)
     import soundfile as sf
 
     server.wait_idle()
-    example = Path(__file__).parent.parent / "examples" / "realtime_wav.py"
+    example = Path(__file__).parent.parent / "docs" / "examples" / "realtime_wav.py"
     out = subprocess.run([sys.executable, str(example), str(WAV), "--url", server.base_url, "--tail", "1",
                           "--out", str(tmp_path / "answer.wav"), "--texts", str(tmp_path / "answer.json")],
                          capture_output=True, text=True, timeout=300)

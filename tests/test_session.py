@@ -219,8 +219,8 @@ def test_text_stream_waits_for_a_whole_character():
 
 
 def test_the_readme_streaming_example_runs(tmp_path):
-    """examples/stream_session.py on our tiny checkpoint (random weights: its words are noise) writes an answer of one
-    1764-sample piece per 80 ms of input and prints what it heard and said."""
+    """docs/examples/stream_session.py on our tiny checkpoint (random weights: its words are noise) writes an answer
+    of one 1764-sample piece per 80 ms of input and prints what it heard and said."""
     import os
     import subprocess
     import sys
@@ -231,7 +231,7 @@ def test_the_readme_streaming_example_runs(tmp_path):
     root = Path(__file__).parents[1]
     ckpt = write_checkpoint(tmp_path / "ckpt", "nested")
     out = tmp_path / "answer.wav"
-    run = subprocess.run([sys.executable, str(root / "examples" / "stream_session.py"),
+    run = subprocess.run([sys.executable, str(root / "docs" / "examples" / "stream_session.py"),
                           str(HARNESS_WAV), str(out), "--model", str(ckpt), "--tail", "0.4"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(root)})  # as after `pip install .`

@@ -1,5 +1,6 @@
-"""The Talk live tab's server side (webui/talk.py) and the record-and-run answer streams (webui/stream.py), driven
-over HTTP and WebSocket as the page drives them, on the real tiny model (the demo's) running in the engine.
+"""The Talk live tab's server side (voicechat/webui/talk.py) and the record-and-run answer streams
+(voicechat/webui/stream.py), driven over HTTP and WebSocket as the page drives them, on the real tiny model (the
+demo's) running in the engine.
 
 The saved conversation is checked against what the client sent (an analytic sine) and what the server sent live
 (every frame's ids and codes, the answer's audio); the tool route and a whole tool exchange run through the scripted
@@ -31,7 +32,7 @@ from test_realtime import Scripted, tiny_model  # noqa: E402,F401  (tiny_model: 
 from voicechat import engine as eng  # noqa: E402
 from voicechat.result import CONVERSATION_FIELDS  # noqa: E402
 from voicechat.tools import calculate  # noqa: E402
-from webui import stream, talk  # noqa: E402
+from voicechat.webui import stream, talk  # noqa: E402
 
 TIMEOUT = 60.0  # seconds for one server event (the CI machine is slow and shared)
 WIRE = 24000

@@ -22,7 +22,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 import app  # noqa: E402
 from test_app import EXAMPLE, EXAMPLE_FRAMES, free_port  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
-from webui import talk  # noqa: E402
+from voicechat.webui import talk  # noqa: E402
 
 MICROPHONE = app.ASSETS / "capital_16k_mono.wav"  # "Hi there! What is the capital of France?" (looped)
 LIVE_ARGS = [*CHROMIUM_ARGS, f"--use-file-for-fake-audio-capture={MICROPHONE}"]

@@ -1,5 +1,5 @@
-"""webui/timeline.py: the conversation timeline's drawing (envelopes, lanes, the axis, the overview and the detail)
-on hand-made answers. tests/test_browser.py draws it in a real browser (collisions measured there, scrolling)."""
+"""voicechat/webui/timeline.py: the conversation timeline's drawing (envelopes, lanes, the axis, the overview and the
+detail) on hand-made answers. tests/test_browser.py draws it in a real browser (collisions measured there, scrolling)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from voicechat import engine as eng
 from voicechat.result import Result
-from webui import timeline as tl
+from voicechat.webui import timeline as tl
 
 
 def test_envelope_is_the_peak_of_each_bin():

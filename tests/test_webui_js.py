@@ -1,7 +1,7 @@
 """The Talk live tab's browser code on its own, in Debian's chromium (Playwright): the playback jitter buffer's
-80 + 10 ms rule under an injected stall and a burst (webui/static/jitter.js), the player worklet on a real
+80 + 10 ms rule under an injected stall and a burst (voicechat/webui/static/jitter.js), the player worklet on a real
 AudioContext, the lag guard (lag.js) and the microphone's resampler (resample.js) against analytic signals.
-The modules are imported by a page served from webui/static, as the app serves them."""
+The modules are imported by a page served from voicechat/webui/static, as the app serves them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: F401  (skips this module without chromium/playwright)
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from webui.talk import STATIC  # noqa: E402
+from voicechat.webui.talk import STATIC  # noqa: E402
 
 RATE = 24000
 MS = RATE // 1000  # samples per millisecond at 24 kHz
@@ -160,7 +160,7 @@ def test_a_steady_stream_with_a_stall_plays_every_sample_in_order(page):
 def test_the_player_worklet_on_a_real_audio_context(page):
     """Player (audio.js) on a real AudioContext, a second of audio pushed at once, then the end; the worklet counts
     every sample. With the live rule the burst overflows (the oldest audio is dropped, and counted); with an answer's
-    rule (no overflow, webui/static/stream.js) every sample plays."""
+    rule (no overflow, voicechat/webui/static/stream.js) every sample plays."""
     live, answer = page.evaluate("""async () => {
       const { Player } = await import('/audio.js');
       const { RULE_MS } = await import('/jitter.js');

@@ -733,7 +733,7 @@ class RealtimeServer:
     ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
     ``heard(session_id, samples)`` (each append's int16 samples at 24 kHz, once they went to the model) and
     ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
-    tab (webui/talk.py) saves conversations with it."""
+    tab (voicechat/webui/talk.py) saves conversations with it."""
 
     def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None):
         self.engine, self.api_key, self.model_name = engine, api_key, model_name

@@ -3,7 +3,7 @@ spoken answer and the texts.
 
     pip install "openai[realtime]" soundfile soxr
     python -m voicechat serve --demo                       # in another terminal (or --model ...)
-    python examples/realtime_wav.py question.wav --out answer.wav --texts answer.json
+    python docs/examples/realtime_wav.py question.wav --out answer.wav --texts answer.json
 
 The recording goes out as GA ``input_audio_buffer.append`` events (PCM16, 24 kHz) in 100 ms pieces at real-time pace,
 then silence, so that the model has time to answer. The script stops when the model has finished a spoken answer (its

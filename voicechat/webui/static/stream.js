@@ -1,4 +1,4 @@
-// The record-and-run answer, played while it is generated (webui/stream.py): the element's value names the answer
+// The record-and-run answer, played while it is generated (voicechat/webui/stream.py): the element's value names the answer
 // (data-stream); this module reads it over WS /live/answer/{token} and plays it through the Talk live tab's player.
 // No sample is dropped: an answer's jitter buffer has no overflow rule (max = Infinity); its start and underrun rules
 // are the live ones. window.voicechatAnswer is this object (tests read `player.stats`).

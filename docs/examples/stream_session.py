@@ -1,7 +1,7 @@
 """Stream a recording into a conversation 80 ms at a time, as a microphone would, and write the spoken answer while
 it arrives (the README's "Streaming sessions" example).
 
-    python examples/stream_session.py question.wav answer.wav [--model DIR_OR_REPO] [--prompt TEXT] [--tail 3]
+    python docs/examples/stream_session.py question.wav answer.wav [--model DIR_OR_REPO] [--prompt TEXT] [--tail 3]
 
 Prints the user's words and the assistant's as they come; the answer WAV (22.05 kHz) grows frame by frame.
 """

@@ -1,6 +1,6 @@
 """The record-and-run answer, heard while it is generated: the handler opens an :class:`AnswerStream` when its run
 starts, pushes each frame's new samples (``engine.Event.frame.audio``) and ends it; the page's player
-(webui/static/stream.js, the Talk live tab's player and jitter buffer) reads it over ``WS /live/answer/{token}``.
+(voicechat/webui/static/stream.js, the Talk live tab's player and jitter buffer) reads it over ``WS /live/answer/{token}``.
 
 A stream plays as it comes only on a machine that keeps up: after its first frames it decides, from the engine's
 clock at each of them, between ``live`` (each frame goes out as it is made) and ``whole`` (slower than real time: playing frames as they
@@ -114,7 +114,7 @@ class AnswerStreams:
 
 
 ANSWER_RATE = 22050  # Frame.audio's rate (SESSION_API.md)
-ANSWERS = AnswerStreams()  # the app's streams (webui.talk serves their route)
+ANSWERS = AnswerStreams()  # the app's streams (voicechat.webui.talk serves their route)
 
 
 def player_html(stream: Optional[AnswerStream]) -> str:

@@ -1,8 +1,8 @@
 """The Talk live tab: full duplex from the browser's microphone, the answer heard as it is spoken.
 
-The page (webui/static/live.js) speaks the OpenAI Realtime protocol to the app's own ``/v1/realtime``
+The page (voicechat/webui/static/live.js) speaks the OpenAI Realtime protocol to the app's own ``/v1/realtime``
 (voicechat/realtime.py, mounted here beside the Gradio page): the microphone goes out as 24 kHz PCM16 from an
-AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (webui/static/jitter.js). This
+AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (voicechat/webui/static/jitter.js). This
 module serves those files and what the page asks the server:
 
     GET  /live/status              the model, this machine's measured speed (keeps up with real time or not), busy
@@ -56,7 +56,7 @@ SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up f
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
 SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a slow machine; at least 4 frames)
 SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
-LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (webui/static/lag.js)
+LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (voicechat/webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
 
