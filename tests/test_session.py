@@ -260,3 +260,23 @@ def test_streamed_encoder_frames_equal_the_whole_recordings(name, size):
     assert stream.valid_frames == int(lengths[0])
     assert np.abs(frames - np.array(encoded[0])).max() <= 1e-5
     assert np.abs(projected - np.array(whole[0])).max() <= 1e-5
+
+
+def test_a_bfloat16_model_keeps_bfloat16_state(release_model):
+    """In bfloat16 (the GPU's dtype) nothing turns the speech path or the LLM to float32 by accident (a float32 operand
+    makes MLX convert every bfloat16 weight it meets, every frame): after a second of conversation the encoder's
+    caches, the LLM's caches and the codec's histories are bfloat16; float32 are only what docs/model.md names: the
+    Mamba SSM states and the codec head's overlap-add tail (pending samples and envelope)."""
+    m = voicechat.load(release_model.directory, dtype=mx.bfloat16)
+    s = m.session(system_prompt=PROMPT)
+    s.feed(np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1, 16000)
+    llm = m.config.llm
+    ssm_shape = (1, llm.mamba_num_heads, llm.mamba_head_dim, llm.ssm_state_size)
+    assert {a.dtype for a in s.listener.arrays()} == {mx.bfloat16}
+    assert {a.dtype for a in s.codec.histories} == {mx.bfloat16}
+    assert {a.dtype for a in (s.codec.pending, s.codec.pending_envelope)} == {mx.float32}
+    floats = [a for a in s.lm_state.arrays if mx.issubdtype(a.dtype, mx.floating)]
+    assert {a.dtype for a in floats if a.shape != ssm_shape} == {mx.bfloat16}
+    assert {a.dtype for a in floats if a.shape == ssm_shape} == {mx.float32}
+    assert {a.dtype for a in s.tts_state.arrays() if mx.issubdtype(a.dtype, mx.floating)} == {mx.bfloat16}
+    assert s.feed(np.zeros(1280, np.float32), 16000)[0].audio.dtype == np.float32  # what the caller gets

@@ -114,8 +114,9 @@ def has_function_head(cfg: ModelConfig, weights: dict) -> bool:
 
 
 def keep_float32(name: str) -> bool:
-    """Rank-1 Mamba parameters stay float32 on every device (docs/model.md §4.5: dt_bias reaches 33.5)."""
-    return name.endswith((".A_log", ".D", ".dt_bias"))
+    """Rank-1 Mamba parameters stay float32 on every device (docs/model.md §4.5: dt_bias reaches 33.5), and so do the
+    log-mel window and filterbank: the preprocessor runs in float32 (docs/model.md §2.1)."""
+    return name.endswith((".A_log", ".D", ".dt_bias", ".featurizer.window", ".featurizer.fb"))
 
 
 def build(cfg: ModelConfig, tokenizer: TextTokenizer, weights: dict, dtype: Optional[mx.Dtype] = None) -> VoiceChatModel:

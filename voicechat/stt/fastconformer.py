@@ -86,9 +86,15 @@ class ConvSubsampling(nn.Module):
             freq = strided_length(freq, self.causal)
         self.out = nn.Linear(channels * freq, cfg.d_model)
 
+    def image(self, features: mx.array) -> mx.array:
+        """Log-mel rows [..., T, F] (float32, docs/model.md §2.1) -> a one-channel image [..., T, F, 1], channels-last,
+        in the weights' dtype: the encoder computes in the speech path's dtype (docs/model.md §2.2), and a float32
+        input would make every matmul convert its bfloat16 weight, every frame."""
+        return features[..., None].astype(self.conv[0].weight.dtype)
+
     def __call__(self, features: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
         # [B, T, F], [B] -> [B, T', d_model], [B]
-        x = features[..., None]  # [B, T, F, 1]: an image with one channel, channels-last
+        x = self.image(features)
         lengths = lengths.astype(mx.int32)
         left, right = subsampling_padding(self.causal)
         x = zero_past_length(x, lengths)
@@ -268,8 +274,9 @@ class RelPositionMultiHeadAttention(nn.Module):
         return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
 
     def position_keys(self, pos_emb: mx.array) -> mx.array:
-        """``linear_pos`` of the relative-position encodings [W, d] -> [W, H, dk] (a stream computes it once)."""
-        return self.split_heads(self.linear_pos(pos_emb))
+        """``linear_pos`` of the relative-position encodings [W, d] (float32) -> [W, H, dk] in the weights' dtype (a
+        stream computes it once)."""
+        return self.split_heads(self.linear_pos(pos_emb.astype(self.linear_pos.weight.dtype)))
 
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
@@ -519,7 +526,7 @@ class SubsamplingStream:
         pure: -> (encoder-input frames [1, m, D], new carries, output rows per strided layer). With ``final`` the
         right padding comes in, and rows from ``starts`` (absolute index of the first row into each layer) at or past
         their valid length (from ``end``) are zeroed."""
-        x, length = mel[None, :, :, None], end
+        x, length = self.sub.image(mel[None]), end
         start = starts[0] if starts else 0
         x = zero_rows_from(x, start, length)
         new_carries, counts, n = [], [], 0

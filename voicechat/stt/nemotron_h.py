@@ -64,9 +64,17 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = mx.ones((dims,))
         self.eps = eps
+        self._weight32 = compute.Derived()
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.fast.rms_norm(x.astype(mx.float32), self.weight.astype(mx.float32), self.eps).astype(x.dtype)
+        return mx.fast.rms_norm(x.astype(mx.float32), self.weight32(), self.eps).astype(x.dtype)
+
+    def weight32(self) -> mx.array:
+        """The weight in float32, made once per loaded weight (not a conversion kernel per call)."""
+        return self._weight32.of(self.weight, lambda w: w.astype(mx.float32))
+
+    def prepare(self) -> list[mx.array]:
+        return [self.weight32()]
 
 
 class GatedRMSNorm(nn.Module):
@@ -78,13 +86,20 @@ class GatedRMSNorm(nn.Module):
         self.weight = mx.ones((dims,))
         self.groups = groups
         self.eps = eps
+        self._weight32 = compute.Derived()
 
     def __call__(self, y: mx.array, z: mx.array) -> mx.array:
         # [B, L, inner] x2 -> [B, L, inner]
         gated = y.astype(mx.float32) * nn.silu(z.astype(mx.float32))
         grouped = gated.reshape(*gated.shape[:-1], self.groups, -1)
         normed = mx.fast.rms_norm(grouped, None, self.eps).reshape(gated.shape)
-        return (self.weight * normed).astype(z.dtype)
+        return (self.weight32() * normed).astype(z.dtype)
+
+    def weight32(self) -> mx.array:
+        return self._weight32.of(self.weight, lambda w: w.astype(mx.float32))
+
+    def prepare(self) -> list[mx.array]:
+        return [self.weight32()]
 
 
 # ----------------------------------------------------------------------------------------------------------------

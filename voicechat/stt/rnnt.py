@@ -39,7 +39,7 @@ class LSTM(nn.Module):
             setattr(self, f"bias_hh_l{n}", mx.zeros((4 * hidden_size,)))
 
     def zero_state(self, batch: int) -> LSTMState:
-        zeros = mx.zeros((batch, self.hidden_size))
+        zeros = mx.zeros((batch, self.hidden_size), self.weight_hh_l0.dtype)
         return [(zeros, zeros)] * self.num_layers
 
     def __call__(self, x: mx.array, state: LSTMState) -> tuple[mx.array, LSTMState]:
@@ -83,7 +83,7 @@ class RNNTDecoder(nn.Module):
         zero state (NeMo's ``predict(None)``). Returns g [1, pred_hidden] and the new state."""
         lstm = self.prediction.dec_rnn.lstm
         if token is None:
-            x = mx.zeros((1, lstm.hidden_size))
+            x = mx.zeros((1, lstm.hidden_size), lstm.weight_hh_l0.dtype)
         else:
             x = self.prediction.embed(mx.array([token]))
         return lstm(x, state if state is not None else lstm.zero_state(1))

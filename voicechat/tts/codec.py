@@ -226,7 +226,7 @@ class CodecDecoder(nn.Module):
 
     def initial_histories(self, batch_size: int) -> list[mx.array]:
         """Zero left context for every ConvNeXt block (the causal padding of a fresh sequence)."""
-        return [mx.zeros((batch_size, layer.context_size(), layer.norm.weight.shape[0]))
+        return [mx.zeros((batch_size, layer.context_size(), layer.norm.weight.shape[0]), layer.norm.weight.dtype)
                 for layer in self.layers if isinstance(layer, ConvNeXtBlock)]
 
     def __call__(self, z: mx.array, histories: list) -> tuple[mx.array, list]:

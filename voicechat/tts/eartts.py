@@ -278,6 +278,7 @@ class RVQEARTTSModel(nn.Module):
         gumbels[i], z = mu + exp(logs) * normals[i] * noise_scale, then k codebooks by residual nearest-vector
         quantisation against the unpadded codebooks [Q, K, latent] (squared norms [Q, K])."""
         cond, uncond = compute.entry(hidden, 0), compute.entry(hidden, 1)  # [1, H] each
+        normals = normals.astype(hidden.dtype)  # randn_like(mu): one conversion, not a codebook's per decision
         decided = mx.zeros((1, codebooks.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
         codes, start = [], 0
         for i, k in enumerate(k for k in self.schedule if k > 0):
