@@ -1,6 +1,6 @@
 """A private PulseAudio server for tests of real audio I/O: a microphone fed from numpy, a speaker that is recorded.
 
-ECOSYSTEM.md §8: PulseAudio in user mode with its own XDG_RUNTIME_DIR; ``module-pipe-source`` is the microphone
+docs/platform.md §7: PulseAudio in user mode with its own XDG_RUNTIME_DIR; ``module-pipe-source`` is the microphone
 (what is written into its FIFO, s16le at 16 kHz mono, is what programs record), ``module-null-sink`` is the speaker
 (``parec`` on its monitor records what programs play). PortAudio reaches it through ALSA's ``default`` device
 (Debian's libasound2-plugins). Programs that use it need :meth:`PulseAudio.env` in their environment before they

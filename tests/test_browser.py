@@ -44,7 +44,7 @@ from test_app import EXAMPLE, EXAMPLE_FRAMES, free_port, write_m4a  # noqa: E402
 from test_engine import ScriptedModel, loader_for  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
 
-# ECOSYSTEM.md §4.2: headless Debian chromium; a fake microphone so the page never asks for a device
+# docs/platform.md §6: headless Debian chromium; a fake microphone so the page never asks for a device
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--use-fake-ui-for-media-stream",
                  "--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required"]

@@ -508,7 +508,7 @@ def test_a_record_and_run_job_on_the_demo_model(live_engine):
     assert [e.frame.position for e in progress[1:]] == list(range(answer.timeline_frames))
     r = answer.result
     # the samples that became final with each position after the prompt; the codec runs 6 samples behind the
-    # timeline (SESSION_API.md), so they start 6 samples before the answer and its last 6 come with the end
+    # timeline (docs/streaming.md §6), so they start 6 samples before the answer and its last 6 come with the end
     spoken = np.concatenate([e.frame.audio for e in progress[1:] if e.frame.position >= r.first_frame])
     assert len(r.audio) == len(spoken) == (answer.timeline_frames - r.first_frame) * 1764
     assert np.array_equal(r.audio[:-6], spoken[6:])

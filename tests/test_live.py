@@ -328,7 +328,7 @@ def test_live_demo_through_pulseaudio_talks_and_stops_on_ctrl_c(pulse, tmp_path)
     positions = len(record["text_tokens"])
     sent = record["live"]["input_seconds"]
     # position k is made once the audio reaches a little into its 80 ms (the mel window is centred on the frame's
-    # start, LIVE.md §1.1), so every position but the last was heard whole; what the session had not reached at
+    # start, docs/live.md §1), so every position but the last was heard whole; what the session had not reached at
     # Ctrl+C is within the lag bound (2 s)
     assert sent - 2.0 - 0.08 <= (positions - 1) * 0.08 <= sent
     stereo, wav_rate = sf.read(save / "conversation.wav", dtype="float32")

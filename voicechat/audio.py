@@ -1,9 +1,9 @@
 """Audio in and out: decode a recording, check it, resample, write PCM16 WAVs.
 
 Decoding: soundfile (libsndfile) for WAV, FLAC, OGG and MP3; every other format through PyAV, whose wheel ships its
-own FFmpeg: M4A/AAC (what a Mac records), Opus, WebM (what browsers record), CAF, ... Conventions (ECOSYSTEM.md §5):
-float32 mono in [-1, 1]; integers scaled by their full range; channels averaged; soxr's HQ resampler; output written
-as 16-bit PCM. Error messages name the file, never its folder (a server's paths stay private).
+own FFmpeg: M4A/AAC (what a Mac records), Opus, WebM (what browsers record), CAF, ... Conventions
+(docs/platform.md §5): float32 mono in [-1, 1]; integers scaled by their full range; channels averaged; soxr's HQ
+resampler; output written as 16-bit PCM. Error messages name the file, never its folder (a server's paths stay private).
 """
 
 from __future__ import annotations

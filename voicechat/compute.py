@@ -1,7 +1,7 @@
 """Compute policy, in one place: which BLAS mlx uses on Linux, and which dtype each part runs in.
 
 Import this module before anything imports ``mlx.core``: on Linux the mlx[cpu] wheel links the netlib
-reference BLAS, and an optimized BLAS must be loaded into the process first (ECOSYSTEM.md §1.3: 17-70x faster
+reference BLAS, and an optimized BLAS must be loaded into the process first (docs/platform.md §1: 17-70x faster
 float32 matmuls). float32 on CPU (bf16/f16 matmuls skip BLAS there and are 10-30x slower); on a GPU (Metal or
 CUDA) the speech path runs in bfloat16 and quantized layers keep their stored scales.
 """
@@ -70,7 +70,8 @@ def speech_dtype() -> mx.Dtype:
 
 def compile_enabled() -> bool:
     """Fuse the fixed-shape per-frame functions with ``mx.compile`` on a GPU, where a frame is bound by the number
-    of kernels (GPU.md); on the CPU the compiled graphs measured slower (LLM step 206 vs 154 ms, medium checkpoint).
+    of kernels (docs/platform.md §4); on the CPU the compiled graphs measured slower (LLM step 206 vs 154 ms, medium
+    checkpoint).
     ``VOICECHAT_COMPILE=1`` / ``0`` forces it on / off."""
     forced = os.environ.get("VOICECHAT_COMPILE")
     return on_gpu() if forced is None else forced == "1"

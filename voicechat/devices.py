@@ -152,7 +152,7 @@ class Ring:
 class JitterBuffer:
     """What the speaker plays: the answer's audio, written by the main loop as frames arrive, read by the speaker.
 
-    The policy is Moshi's and Unmute's playback worklets' (LIVE.md §4), with the levels raised by one 80 ms frame,
+    The policy is Moshi's and Unmute's playback worklets' (docs/live.md §4), with the levels raised by one 80 ms frame,
     because the session hands over audio a whole frame at a time (the worklets get 20 ms packets):
 
     * playing starts when one frame plus ``partial`` (10 ms at first) is queued;

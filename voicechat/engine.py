@@ -1,6 +1,6 @@
 """The one thread that owns MLX for apps: it loads the model and runs every job, one at a time, from a queue.
 
-MLX arrays and streams belong to the thread that made them (ECOSYSTEM.md §1.5), so a web server's worker threads
+MLX arrays and streams belong to the thread that made them (docs/platform.md §2), so a web server's worker threads
 never touch the model: they ``submit`` a :class:`Request` and read :class:`Event`\\ s from the :class:`Job` they
 get back (queue position, per-frame progress with the partial text and the frame's new answer samples, then one
 of done / error / cancelled). Only numpy arrays and Python values leave this thread. ``Job.cancel()`` stops a running

@@ -1,12 +1,13 @@
 """An OpenAI Realtime (GA) WebSocket server for the full-duplex model: ``GET /v1/realtime``.
 
-The event names and fields are OpenAI's GA Realtime protocol (LIVE.md §3.1, OAI ``types/realtime``), so the official
-clients work unchanged: the ``openai`` SDK (``client.realtime.connect`` with ``base_url``), LiveKit's OpenAI realtime
-plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
+The event names and fields are OpenAI's GA Realtime protocol (docs/live.md §3, OAI ``types/realtime``), so the
+official clients work unchanged: the ``openai`` SDK (``client.realtime.connect`` with ``base_url``), LiveKit's OpenAI
+realtime plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
 
 - audio flows both ways all the time. ``input_audio_buffer.append`` carries base64 PCM16 mono at 24 kHz (the only GA
-  rate, LIVE.md §3.1); the session resamples it to the model's 16 kHz with soxr's stream resampler. Every 80 ms frame
-  of the answer (1764 samples at 22.05 kHz) leaves resampled to 24 kHz PCM16 with one stream resampler per session.
+  rate, docs/live.md §3); the session resamples it to the model's 16 kHz with soxr's stream resampler. Every 80 ms
+  frame of the answer (1764 samples at 22.05 kHz) leaves resampled to 24 kHz PCM16 with one stream resampler per
+  session.
 - the model decides when it speaks. A response opens at the assistant's BOS, or at its first text if no BOS came,
   and closes at its EOS; audio of frames outside a response goes only into the opt-in ``voicechat.frame`` event.
 - the RNNT transcript of the user goes to a user message item, which closes when a response opens or on commit.
@@ -49,10 +50,10 @@ from .tools.declare import checked_tools
 log = logging.getLogger("voicechat.realtime")
 
 PATH = "/v1/realtime"
-RATE = 24000  # GA PCM16 rate, in and out: "Only a 24kHz sample rate is supported" (LIVE.md §3.1)
-MAX_APPEND_BYTES = 15 * 1024 * 1024  # GA limit of one input_audio_buffer.append (LIVE.md §3.1), base64 text
+RATE = 24000  # GA PCM16 rate, in and out: "Only a 24kHz sample rate is supported" (docs/live.md §3)
+MAX_APPEND_BYTES = 15 * 1024 * 1024  # GA limit of one input_audio_buffer.append (docs/live.md §3), base64 text
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default): a 15 MiB append fits in it
-CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: server busy; mlx-vlm uses it for its second connection (LIVE.md §3.3)
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: server busy; mlx-vlm uses it for its second connection (docs/live.md §3)
 CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 PCM = {"type": "audio/pcm", "rate": RATE}
@@ -64,7 +65,7 @@ DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the cli
 # they mean the checkpoint's own voice; any other name is a speaker of the checkpoint
 OPENAI_VOICES = {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
 
-# Client events this server acts on, and GA client events it knows but does not implement (LIVE.md §3.1).
+# Client events this server acts on, and GA client events it knows but does not implement (docs/live.md §3).
 HANDLED = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
            "conversation.item.create", "response.create", "response.cancel")
 UNSUPPORTED = {
@@ -255,13 +256,14 @@ def new_id(prefix: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # the model's frames -> GA server events
 # ---------------------------------------------------------------------------------------------------------------
-MODEL_RATE = 22050  # Frame.audio (SESSION_API.md): 1764 samples per 80 ms frame
+MODEL_RATE = 22050  # Frame.audio (docs/streaming.md §6): 1764 samples per 80 ms frame
 FRAME_SECONDS = 0.08
 
 
 class AudioOut:
     """22.05 kHz float32 frames -> 24 kHz PCM16 base64. One stream resampler per conversation: the concatenated
-    deltas equal the whole answer resampled at once (soxr's stream output is chunking-invariant, ECOSYSTEM.md §5)."""
+    deltas equal the whole answer resampled at once (soxr's stream output is chunking-invariant,
+    docs/platform.md §5)."""
 
     def __init__(self):
         self.stream = soxr.ResampleStream(MODEL_RATE, RATE, 1, dtype="float32")
@@ -481,9 +483,9 @@ class Conversation:
 
 def frame_event(frame, backlog_seconds: float, response_id: Optional[str], audio: Optional[str]) -> dict:
     """``voicechat.frame``: everything the model produced at one timeline position, for exactness checks and
-    live displays. OpenAI clients skip unknown event types (the SDK parses with construct_type_unchecked, LIVE.md
-    §3.4; LiveKit only logs them in debug mode). ``audio`` (24 kHz PCM16) only for frames outside a response: a
-    response's audio is in its response.output_audio.delta."""
+    live displays. OpenAI clients skip unknown event types (the SDK parses with construct_type_unchecked,
+    docs/live.md §3; LiveKit only logs them in debug mode). ``audio`` (24 kHz PCM16) only for frames outside a
+    response: a response's audio is in its response.output_audio.delta."""
     return {"type": "voicechat.frame", "position": frame.position, "response_id": response_id,
             "text_id": int(frame.text_id), "function_id": int(frame.function_id),
             "codes": np.asarray(frame.codes).tolist(), "text": frame.text, "function_text": frame.function_text,

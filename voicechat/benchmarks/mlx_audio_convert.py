@@ -17,7 +17,7 @@ out so that both engines run NeMo's model (each is what NeMo 3.0.0 ran):
   * ``pretrained_llm`` pointing at the LLM folder copied into src (mlx-audio reads its config and tokenizer there).
 With ``--latent-from`` (a NeMo reference dump of a checkpoint that takes a speaker WAV), the ``Aria`` latent that
 mlx-audio's warm-up needs is added: what NeMo feeds at the warm-up rows before BOS, ``embed_code(depthsum(codes
-shifted by one frame))`` of the speaker prompt codes NeMo recorded (``tts.init.code``; SPEC §2.5.5).
+shifted by one frame))`` of the speaker prompt codes NeMo recorded (``tts.init.code``; docs/model.md §2.5.5).
 """
 
 from __future__ import annotations

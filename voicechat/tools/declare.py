@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from ..errors import ToolError
 from .schema import check_schema
 
-MAX_TOOLS = 5  # vllm-omni and speech-swift allow 5 tools per session (LIVE.md §2.4)
+MAX_TOOLS = 5  # vllm-omni and speech-swift allow 5 tools per session (docs/live.md §2)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 

@@ -155,7 +155,7 @@ class StridedConv1d(nn.Module):
 
 class StridedConvTranspose1d(nn.Module):
     """ConvTranspose1d(C_in, C_out, k, stride k, no bias) as a matmul: each frame becomes k frames
-    (ECOSYSTEM.md §1.2: mx.conv_transpose1d is ~60x slower on CPU)."""
+    (docs/platform.md §3: mx.conv_transpose1d is ~60x slower on CPU)."""
 
     def __init__(self, in_channels: int, out_channels: int, rate: int):
         super().__init__()

@@ -113,7 +113,7 @@ class AnswerStreams:
             return
 
 
-ANSWER_RATE = 22050  # Frame.audio's rate (SESSION_API.md)
+ANSWER_RATE = 22050  # Frame.audio's rate (docs/streaming.md §6)
 ANSWERS = AnswerStreams()  # the app's streams (voicechat.webui.talk serves their route)
 
 

@@ -54,8 +54,8 @@ export function bytesToBase64(bytes) {
 }
 
 // The microphone, as the Realtime API wants it: echo cancellation, noise suppression and automatic gain asked for (as
-// Moshi and Unmute ask, LIVE.md §4), captured at the sound card's rate, resampled to 24 kHz PCM16 in 20 ms chunks by
-// capture-worklet.js; `onChunk({pcm, rms, peak})` gets each chunk.
+// Moshi and Unmute ask, docs/live.md §4), captured at the sound card's rate, resampled to 24 kHz PCM16 in 20 ms chunks
+// by capture-worklet.js; `onChunk({pcm, rms, peak})` gets each chunk.
 export const MICROPHONE = { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 };
 
 export class Microphone {

@@ -3,7 +3,7 @@
 import { StreamResampler } from './resample.js';
 
 const RATE = 24000;
-const CHUNK = 480; // 20 ms at 24 kHz, as Moshi and Unmute send (LIVE.md §4)
+const CHUNK = 480; // 20 ms at 24 kHz, as Moshi and Unmute send (docs/live.md §4)
 
 class VoicechatCapture extends AudioWorkletProcessor {
   constructor() {

@@ -1,5 +1,5 @@
 // The answer's playback buffer, in plain JS so that it can be tested on its own (tests/test_live_player.py runs it in
-// chromium). The rule is Moshi's and Unmute's (LIVE.md §4):
+// chromium). The rule is Moshi's and Unmute's (docs/live.md §4):
 //   - playback starts once `initial` (80 ms) + `partial` (10 ms) are queued;
 //   - an underrun (the queue ran dry while playing) stops playback until that level is queued again, and `partial`
 //     grows by 5 ms, up to 80 ms;

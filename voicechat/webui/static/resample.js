@@ -1,7 +1,7 @@
 // A stream resampler for the microphone: any rate in, any rate out, chunk by chunk with no trace of the chunk edges.
 // Band-limited interpolation with a Blackman-windowed sinc (16 zero crossings) whose cutoff sits a little under the
 // lower rate's Nyquist frequency. The browser captures at the sound card's rate (an AudioContext at another rate
-// cannot take a microphone in Firefox, LIVE.md §4), and the Realtime API wants 24 kHz.
+// cannot take a microphone in Firefox, docs/live.md §4), and the Realtime API wants 24 kHz.
 
 const ZERO_CROSSINGS = 16;
 const PHASES = 256; // kernel table points per input sample (linear interpolation between them)
