@@ -53,7 +53,9 @@ PATH = "/v1/realtime"
 RATE = 24000  # GA PCM16 rate, in and out: "Only a 24kHz sample rate is supported" (docs/live.md §3)
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # GA limit of one input_audio_buffer.append (docs/live.md §3), base64 text
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default): a 15 MiB append fits in it
-CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: server busy; mlx-vlm uses it for its second connection (docs/live.md §3)
+# 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
+# connection (docs/live.md §3)
+CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 PCM = {"type": "audio/pcm", "rate": RATE}
