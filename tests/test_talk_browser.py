@@ -87,8 +87,10 @@ def test_talk_live_hear_the_answer_stop_and_save(demo_app, browser):
     """Start, five seconds of conversation (a second visitor meanwhile sees that the model is busy), Stop (the other
     visitor can start now), Save: the stereo WAV and the record."""
     url, tab = demo_app
-    page, other = open_tab(browser, url), open_tab(browser, url)
+    page = open_tab(browser, url)
     wait_ready(page)
+    other = open_tab(browser, url)  # the second visitor comes once the first has the page
+    wait_ready(other)
     # the speed check ran on a shared 2-core machine: the demo model keeps up there, with more or less room
     expect(page.locator("#live-speed")).to_contain_text(
         re.compile(r"^This machine (just )?keeps up with real time: \d+ ms of computing per 80 ms frame \(median"))

@@ -55,6 +55,9 @@ KEEPS_UP_MS = 0.8 * FRAME_MS  # median compute per frame below this: keeps up wi
 SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up frames) ...
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
 SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a slow machine; at least 4 frames)
+SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many rounds, ...
+SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no moment of load elsewhere makes a machine 4x slower)
+SPEED_RETRY_PAUSE_S = 1.0  # ... a pause between rounds (the page that asked is often still loading)
 SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
 LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (voicechat/webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
@@ -129,11 +132,29 @@ class SpeedCheck:
         threading.Thread(target=self.measure, args=(before,), name="voicechat-speed-check", daemon=True).start()
 
     def measure(self, before: Speed) -> None:
+        """Rounds of :meth:`round` until one keeps up (or is hopelessly slow, or fails, or the rounds are spent): the
+        first round often shares the CPU with the page that asked for it, still loading (on a 2-core machine with one
+        core busy elsewhere the first round measured 122 ms per frame, the next ones 29 and 42 ms); the fastest counts."""
+        best = None
+        for attempt in range(SPEED_ROUNDS):
+            if attempt:
+                time.sleep(SPEED_RETRY_PAUSE_S)
+            speed = self.round()
+            if speed is None:  # the model is taken: keep what was known, try again later
+                self.speed = best or before
+                return
+            if best is None or speed.state != "measured" or speed.median_ms < best.median_ms:
+                best = speed
+            if speed.state != "measured" or speed.verdict == "keeps up" or speed.median_ms >= SPEED_RETRY_BELOW_MS:
+                break
+        self.speed = best
+
+    def round(self) -> Optional[Speed]:
+        """One live session of silence: the compute of each frame after the warm-up; None if the model is taken."""
         try:
             live = self.engine.open_live(eng.LiveRequest(), owner="speed check")
-        except (eng.EngineBusy, eng.EngineFull):  # the model is taken: keep what was known, try again later
-            self.speed = before
-            return
+        except (eng.EngineBusy, eng.EngineFull):
+            return None
         frames = SPEED_WARMUP + SPEED_FRAMES
         for _ in range(frames + 1):  # one frame per message: the engine reports (and can stop) after each; one more
             live.send(np.zeros(SILENCE_FRAME, np.float32), SILENCE_RATE)  # for the mel's look-ahead
@@ -147,7 +168,7 @@ class SpeedCheck:
             elif event.kind == eng.ERROR:
                 error = event.message
         measured = tuple(round(1000 * s, 2) for s in seconds[SPEED_WARMUP:frames])
-        self.speed = Speed("measured", measured) if measured and not error else \
+        return Speed("measured", measured) if measured and not error else \
             Speed("failed", message=error or "the engine computed no frame")
 
 
