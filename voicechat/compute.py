@@ -26,7 +26,10 @@ def preload_blas() -> str | None:
 
     ``VOICECHAT_BLAS`` names another library; ``VOICECHAT_BLAS=none`` turns the preload off.
     """
-    if not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
+    if not sys.platform.startswith("linux"):
+        return None
+    if "mlx.core" in sys.modules:
+        warn_if_reference_blas()
         return None
     wanted = os.environ.get("VOICECHAT_BLAS")
     if wanted == "none":
@@ -36,6 +39,21 @@ def preload_blas() -> str | None:
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             return path
     return None
+
+
+def warn_if_reference_blas() -> None:
+    """mlx was imported before voicechat, so the preload came too late: say so unless an OpenBLAS is in the process
+    anyway (LD_PRELOAD). Measured on the medium checkpoint on a 2-core CPU: a session frame of 1.1 s instead of 0.28 s."""
+    try:
+        with open("/proc/self/maps") as maps:
+            if "libopenblas" in maps.read():
+                return
+    except OSError:
+        return
+    import warnings
+
+    warnings.warn("mlx was imported before voicechat, so mlx uses its slow reference BLAS (float32 matmuls 17-70x "
+                  "slower, docs/platform.md §1): import voicechat first", RuntimeWarning, stacklevel=3)
 
 
 def keep_kernel_cache() -> None:
@@ -51,6 +69,20 @@ BLAS = preload_blas()
 keep_kernel_cache()
 
 import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
+
+
+def batch_cuda_kernels() -> None:
+    """On CUDA, MLX records kernels into CUDA graphs of at most ``MLX_MAX_OPS_PER_BUFFER`` nodes (default 20) and
+    launches each graph; a frame of this model is about 5700 kernels, so the graphs' count sets much of the host
+    time. Measured on the H200 (docs/bench/h200-2026-12-01-launch-settings.txt, a session of 160 frames per process):
+    median frame 54.5 ms at 20; 37.8 and 42.9 ms at 100 (two processes); 45.3 at 50, 50.4 at 250. The numbers computed do not change (the same kernels, grouped
+    differently). Read by MLX at its first evaluation; a value the user set wins; Metal is left to MLX's own
+    per-device defaults."""
+    if mx.cuda.is_available():
+        os.environ.setdefault("MLX_MAX_OPS_PER_BUFFER", "100")
+
+
+batch_cuda_kernels()
 
 
 def on_gpu() -> bool:

@@ -1,0 +1,50 @@
+"""The compute policy that acts at import: the optimized BLAS preload on Linux, and what happens when it comes too
+late. Each case is a fresh Python process (the preload acts once per process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"
+
+pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and os.path.exists(OPENBLAS)),
+                                reason="the preload is for Linux with Debian's libopenblas0-pthread")
+
+
+def python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-W", "always", "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=120)
+
+
+def loaded_blas(code: str, **env) -> tuple[str, str]:
+    """(the warnings printed, whether the process has OpenBLAS mapped) after ``code``."""
+    out = python(code + "\nimport pathlib\nprint('libopenblas' in pathlib.Path('/proc/self/maps').read_text())", **env)
+    assert out.returncode == 0, out.stderr
+    return out.stderr, out.stdout.strip()
+
+
+def test_importing_voicechat_first_loads_openblas_quietly():
+    warnings, mapped = loaded_blas("import voicechat, mlx.core")
+    assert (warnings, mapped) == ("", "True")
+
+
+def test_importing_mlx_first_says_that_the_preload_came_too_late():
+    warnings, mapped = loaded_blas("import mlx.core\nimport voicechat")
+    assert mapped == "False"
+    assert "RuntimeWarning: mlx was imported before voicechat" in warnings and "import voicechat first" in warnings
+
+
+def test_no_warning_when_openblas_is_in_the_process_anyway():
+    warnings, mapped = loaded_blas("import mlx.core\nimport voicechat", LD_PRELOAD=OPENBLAS)
+    assert (warnings, mapped) == ("", "True")
+
+
+def test_cuda_kernel_batching_is_left_alone_off_cuda():
+    out = python("import os, voicechat; print(os.environ.get('MLX_MAX_OPS_PER_BUFFER'))", MLX_MAX_OPS_PER_BUFFER="")
+    assert out.returncode == 0 and out.stdout.strip() == ""

@@ -1,0 +1,91 @@
+"""Where a steady session frame's time goes on this device:
+``python -m voicechat.benchmarks.frame_split MODEL [--frames N] [--nodes]``.
+
+Per position of a session fed 80 ms at a time (speech workload; the first 60 positions left out): graph building
+(``Session._step``, Python), ``mx.async_eval`` (MLX's graph walk and kernel launches; on the CPU it also waits for most
+of the work), the host side of a finished position (``Session._finish``) and the whole ``feed`` call. ``--nodes``
+adds the graph nodes of one position by primitive. docs/bench/h200-2026-12-01-launch-settings.txt used it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from .. import compute  # noqa: F401  (BLAS preload before mlx)
+import mlx.core as mx
+
+from ..session import Session
+from . import op_histogram
+from .frame import speech_script
+from .workload import FRAME, PROMPT, RATE, bench_input
+
+SKIPPED = 60  # positions before the measured ones (prompt, caches filling)
+
+
+class TimedSession(Session):
+    """A Session whose frame loop records how long each part of each position took, and one position's nodes."""
+
+    def __init__(self, model, script):
+        self.split, self.nodes = defaultdict(list), None
+        super().__init__(model, PROMPT, 0, script=script)
+
+    def _step(self, *args):
+        t0 = time.perf_counter()
+        step = super()._step(*args)
+        self.split["build"].append(time.perf_counter() - t0)
+        if self.nodes is None and self.position >= SKIPPED:
+            self.nodes = op_histogram(*step.arrays)
+        t0 = time.perf_counter()
+        mx.async_eval(step.arrays)  # here, to time it; _run's own call then finds it scheduled
+        self.split["async_eval"].append(time.perf_counter() - t0)
+        return step
+
+    def _finish(self, step):
+        t0 = time.perf_counter()
+        frame = super()._finish(step)
+        self.split["finish"].append(time.perf_counter() - t0)
+        return frame
+
+
+def run(model_spec: str, frames: int) -> tuple[dict, object]:
+    from .. import load
+
+    model = load(model_spec)
+    session = TimedSession(model, speech_script(model, model.prompt_length(PROMPT)))
+    x = bench_input(frames + SKIPPED)
+    step = round(FRAME * RATE)
+    feeds = []
+    for i in range(0, len(x) - step + 1, step):
+        if i // step == SKIPPED:
+            session.split.clear()
+            feeds.clear()
+        t0 = time.perf_counter()
+        session.feed(x[i:i + step], RATE)
+        feeds.append(time.perf_counter() - t0)
+    return {**session.split, "feed": feeds}, session.nodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--frames", type=int, default=140, help="measured positions (default 140)")
+    parser.add_argument("--nodes", action="store_true", help="also the graph nodes of one position")
+    args = parser.parse_args()
+    split, nodes = run(args.model, args.frames)
+    print(f"device {mx.default_device()}  mlx {mx.__version__}  per position, ms")
+    for part, seconds in split.items():
+        ms = 1e3 * np.asarray(seconds)
+        print(f"{part:11s} n={ms.size:4d}  p50 {np.median(ms):7.2f}  mean {ms.mean():7.2f}  p99 "
+              f"{np.percentile(ms, 99):7.2f}  max {ms.max():7.2f}")
+    if args.nodes and nodes is not None:
+        print("graph nodes of one position", sum(nodes.values()))
+        for name, count in nodes.most_common():
+            print(f"{count:6d} {name}")
+
+
+if __name__ == "__main__":
+    main()
