@@ -18,8 +18,11 @@ pytestmark = pytest.mark.skipif(not (sys.platform.startswith("linux") and os.pat
 
 
 def python(code: str, **env) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter; ``env`` entries set to None are removed from its environment."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environment = {k: v for k, v in environment.items() if v is not None}
     return subprocess.run([sys.executable, "-W", "always", "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=120)
+                          env=environment, timeout=120)
 
 
 def loaded_blas(code: str, **env) -> tuple[str, str]:
@@ -45,6 +48,9 @@ def test_no_warning_when_openblas_is_in_the_process_anyway():
     assert (warnings, mapped) == ("", "True")
 
 
-def test_cuda_kernel_batching_is_left_alone_off_cuda():
-    out = python("import os, voicechat; print(os.environ.get('MLX_MAX_OPS_PER_BUFFER'))", MLX_MAX_OPS_PER_BUFFER="")
-    assert out.returncode == 0 and out.stdout.strip() == ""
+def test_cuda_kernel_batching_is_set_on_cuda_only_and_a_users_value_wins():
+    show = ("import os, voicechat, mlx.core as mx\n"
+            "print(mx.cuda.is_available(), os.environ.get('MLX_MAX_OPS_PER_BUFFER'))")
+    cuda, value = python(show, MLX_MAX_OPS_PER_BUFFER=None).stdout.split()
+    assert value == ("100" if cuda == "True" else "None")
+    assert python(show, MLX_MAX_OPS_PER_BUFFER="7").stdout.split()[1] == "7"

@@ -71,7 +71,7 @@ class ScriptedRounds(talk.SpeedCheck):
         super().__init__(engine=None)
         self.rounds, self.ran = list(rounds), 0
 
-    def round(self):
+    def measure_round(self):
         self.ran += 1
         return self.rounds.pop(0)
 
@@ -79,7 +79,7 @@ class ScriptedRounds(talk.SpeedCheck):
 @pytest.mark.parametrize("rounds, ran, kept", [
     ([speed([30] * 4)], 1, 0),  # keeps up: one round
     ([speed([122] * 4), speed([29] * 4)], 2, 1),  # the first round shared the CPU with the loading page
-    ([speed([150] * 4), speed([70] * 4), speed([90] * 4)], 3, 1),  # tight is not enough: the rounds run out, the best counts
+    ([speed([150] * 4), speed([70] * 4), speed([90] * 4)], 3, 1),  # tight is not enough: 3 rounds, the best counts
     ([speed([900] * 4)], 1, 0),  # hopelessly slow: no second round
     ([speed([150] * 4), talk.Speed("failed", message="boom")], 2, 1),  # a failure is said, not hidden behind a number
 ])

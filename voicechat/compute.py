@@ -43,7 +43,8 @@ def preload_blas() -> str | None:
 
 def warn_if_reference_blas() -> None:
     """mlx was imported before voicechat, so the preload came too late: say so unless an OpenBLAS is in the process
-    anyway (LD_PRELOAD). Measured on the medium checkpoint on a 2-core CPU: a session frame of 1.1 s instead of 0.28 s."""
+    anyway (LD_PRELOAD). Measured on the medium checkpoint on a 2-core CPU: a session frame of 1.1 s instead of
+    0.28 s."""
     try:
         with open("/proc/self/maps") as maps:
             if "libopenblas" in maps.read():
@@ -74,10 +75,10 @@ import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
 def batch_cuda_kernels() -> None:
     """On CUDA, MLX records kernels into CUDA graphs of at most ``MLX_MAX_OPS_PER_BUFFER`` nodes (default 20) and
     launches each graph; a frame of this model is about 5700 kernels, so the graphs' count sets much of the host
-    time. Measured on the H200 (docs/bench/h200-2026-12-01-launch-settings.txt, a session of 160 frames per process):
-    median frame 54.5 ms at 20; 37.8 and 42.9 ms at 100 (two processes); 45.3 at 50, 50.4 at 250. The numbers computed do not change (the same kernels, grouped
-    differently). Read by MLX at its first evaluation; a value the user set wins; Metal is left to MLX's own
-    per-device defaults."""
+    time. Measured on the H200 (docs/bench/h200-2026-12-01-launch-settings.txt, a session of 160 frames per
+    process): median frame 54.5 ms at 20; 37.8 and 42.9 ms at 100 (two processes); 45.3 at 50, 50.4 at 250. The
+    numbers computed do not change (the same kernels, grouped differently). Read by MLX at its first evaluation; a
+    value the user set wins; Metal is left to MLX's own per-device defaults."""
     if mx.cuda.is_available():
         os.environ.setdefault("MLX_MAX_OPS_PER_BUFFER", "100")
 

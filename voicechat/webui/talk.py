@@ -55,7 +55,7 @@ KEEPS_UP_MS = 0.8 * FRAME_MS  # median compute per frame below this: keeps up wi
 SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up frames) ...
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
 SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a slow machine; at least 4 frames)
-SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many rounds, ...
+SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many, ...
 SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no moment of load elsewhere makes a machine 4x slower)
 SPEED_RETRY_PAUSE_S = 1.0  # ... a pause between rounds (the page that asked is often still loading)
 SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
@@ -132,14 +132,15 @@ class SpeedCheck:
         threading.Thread(target=self.measure, args=(before,), name="voicechat-speed-check", daemon=True).start()
 
     def measure(self, before: Speed) -> None:
-        """Rounds of :meth:`round` until one keeps up (or is hopelessly slow, or fails, or the rounds are spent): the
-        first round often shares the CPU with the page that asked for it, still loading (on a 2-core machine with one
-        core busy elsewhere the first round measured 122 ms per frame, the next ones 29 and 42 ms); the fastest counts."""
+        """Rounds of :meth:`measure_round` until one keeps up (or is hopelessly slow, or fails, or the rounds are
+        spent): the first round often shares the CPU with the page that asked for it, still loading (on a 2-core
+        machine with one core busy elsewhere the first round measured 122 ms per frame, the next ones 29 and 42 ms);
+        the fastest counts."""
         best = None
         for attempt in range(SPEED_ROUNDS):
             if attempt:
                 time.sleep(SPEED_RETRY_PAUSE_S)
-            speed = self.round()
+            speed = self.measure_round()
             if speed is None:  # the model is taken: keep what was known, try again later
                 self.speed = best or before
                 return
@@ -149,7 +150,7 @@ class SpeedCheck:
                 break
         self.speed = best
 
-    def round(self) -> Optional[Speed]:
+    def measure_round(self) -> Optional[Speed]:
         """One live session of silence: the compute of each frame after the warm-up; None if the model is taken."""
         try:
             live = self.engine.open_live(eng.LiveRequest(), owner="speed check")
