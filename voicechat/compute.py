@@ -103,8 +103,9 @@ def speech_dtype() -> mx.Dtype:
 
 def compile_enabled() -> bool:
     """Fuse the fixed-shape per-frame functions with ``mx.compile`` on a GPU, where a frame is bound by the number
-    of kernels (docs/platform.md §4); on the CPU the compiled graphs measured slower (LLM step 206 vs 154 ms, medium
-    checkpoint).
+    of kernels. On the CPU it stays off: it pays only where per-node cost dominates (tiny model: session frame ~10 vs
+    ~17 ms), not where the LLM's weights do (medium: 366-377 vs 344-363 ms), and a first start compiles every graph
+    with the system's C++ compiler (92 graphs, 56 s on the tiny model); docs/platform.md §4.
     ``VOICECHAT_COMPILE=1`` / ``0`` forces it on / off."""
     forced = os.environ.get("VOICECHAT_COMPILE")
     return on_gpu() if forced is None else forced == "1"

@@ -1,6 +1,6 @@
 """Random-weight checkpoints in the published layouts, for the demo app, the tests and the benchmarks.
 
-    python -m voicechat.random_checkpoint DIR [--layout nested|mlx-4bit|runtime] [--dims tiny|full] [--seed N]
+    python -m voicechat.random_checkpoint DIR [--layout nested|mlx-4bit|runtime] [--dims tiny|medium|full] [--seed N]
 
     write_checkpoint(dir, layout="nested")    NVIDIA's release layout: nested config.json, one float32 file
     write_checkpoint(dir, layout="mlx-4bit")  the -mlx-4bit family: nested config + mlx_conversion, LLM, embedding
@@ -9,8 +9,9 @@
 
 Tensors use the published key names and PyTorch layouts (conv weights [out, in, k], transposed convs [in, out, k],
 2-D convs [out, in, kh, kw], pointwise convs with their k=1 axis). ``dims="tiny"`` (default) is small enough for CI;
-``dims="full"`` has the release's real shapes (11 B parameters; for benchmarks, not CI). Values are drawn per tensor
-from a seeded generator, so a checkpoint is a function of (dims, seed).
+``dims="medium"`` has the release's depths at about 1/4 of its widths (the peer harness's NeMo-made medium model: CPU
+benchmarks without NeMo); ``dims="full"`` has the release's real shapes (11 B parameters; for benchmarks, not CI).
+Values are drawn per tensor from a seeded generator, so a checkpoint is a function of (dims, seed).
 
 A directory it writes holds the marker file ``MARKER``; it replaces only such a directory (or an empty one), never a
 folder of the user's.
@@ -63,6 +64,15 @@ DIMS = {
                  tts_hidden=64, tts_mlp=128, tts_layers=3, tts_heads=4, tts_head_dim=16, tts_pattern=3,
                  mog_mlp=128, mog_layers=3, low_rank=16, components=64, latent=64, codebook=64,
                  codec_base=16, codec_blocks=1),
+    # ../shared/reference/peer-harness/build_medium.py's sizes (its NeMo-made "medium"): the release's depths at
+    # about 1/4 of its widths, the harness's 512-entry vocabulary; for CPU benchmarks without NeMo
+    "medium": dict(vocab=512, hidden=1120, pattern=RELEASE_PATTERN, heads=10, kv_heads=2, head_dim=128, mlp=3920,
+                   mamba_heads=32, mamba_head_dim=80, state=32, groups=2, chunk=128,
+                   mels=128, enc_d=256, enc_layers=24, enc_heads=8, enc_channels=64,
+                   rnnt_vocab=1024, pred_hidden=160, joint_hidden=160,
+                   tts_hidden=288, tts_mlp=1152, tts_layers=28, tts_heads=4, tts_head_dim=72, tts_pattern=6,
+                   mog_mlp=1152, mog_layers=3, low_rank=16, components=256, latent=128, codebook=256,
+                   codec_base=96, codec_blocks=3),
     "full": dict(vocab=131072, hidden=4480, pattern=RELEASE_PATTERN, heads=40, kv_heads=8, head_dim=128, mlp=15680,
                  mamba_heads=128, mamba_head_dim=80, state=128, groups=8, chunk=128,
                  mels=128, enc_d=1024, enc_layers=24, enc_heads=8, enc_channels=256,
@@ -368,7 +378,7 @@ def write_checkpoint(directory, layout: str = "nested", dims: str = "tiny", seed
     model = VoiceChatModel(cfg, tokenizer.vocab_size, function_head=True, speakers=("Aria",))
     weights = {}
     for name, w in random_tensors(model, tokenizer, cfg, seed):
-        if dims == "full" and name.endswith("rnnt_joint.joint_net.2.bias"):
+        if dims != "tiny" and name.endswith("rnnt_joint.joint_net.2.bias"):
             # random joints emit up to 10 symbols per frame; real speech is mostly blank (the peer baseline's recipe)
             w = w.at[-1].add(30.0)
         w = to_torch_layout(name, w)

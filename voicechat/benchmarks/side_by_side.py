@@ -14,6 +14,7 @@ Per engine (ms per 80 ms frame, median over the rounds):
 * offline: wall of one ``generate`` (after a warm-up, the once-per-answer stages included) / its timeline frames
   (system prompt + input frames), and the per-frame p50 / p95 after the prompt;
 * session: fed 80 ms at a time, per frame p50 / p95 (from a completed 80 ms of input to its samples), and its setup.
+Our side runs with this process's environment (``VOICECHAT_COMPILE=1`` compiles on a CPU too; the header says which).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def voicechat_worker(ckpt: str, frames: int, runs: int) -> dict:
     load_s = time.perf_counter() - t0
     x = bench_input(frames)
     out = {"engine": "voicechat", "device": str(mx.default_device()), "mlx": mx.__version__, "blas": compute.BLAS,
-           "load_s": load_s, "script_ids": model.tokenizer.encode(PARAGRAPH),
+           "compiled": compute.compile_enabled(), "load_s": load_s, "script_ids": model.tokenizer.encode(PARAGRAPH),
            "offline": frame.offline(model, x, runs, "speech")}
     frame.live(model, bench_input(8), "speech")  # warm-up of the session's shapes
     out["session"] = frame.live(model, x, "speech")
@@ -106,7 +107,7 @@ def print_table(report: dict) -> None:
     s = report["summary"]
     first = next((r for rounds in report["results"].values() for r in rounds if "error" not in r), {})
     print(f"checkpoint {report['ckpt']}  device {first.get('device')}  mlx {first.get('mlx')}  "
-          f"BLAS {first.get('blas')}")
+          f"BLAS {first.get('blas')}  voicechat compiled {first.get('compiled')}")
     print(f"workload: {report['frames']} x 80 ms input after the system prompt, a new subword id every 4 frames; "
           f"{report['rounds']} rounds x {report['runs']} offline runs per engine, fresh processes, alternating")
     for engine, rounds in report["results"].items():

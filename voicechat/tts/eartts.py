@@ -52,9 +52,31 @@ def depthsum(codebooks: mx.array, code: mx.array) -> mx.array:
     return (picked * (code < size)[..., None].astype(picked.dtype)).sum(axis=-2)
 
 
-def nearest_code(codebook: mx.array, sqnorms: mx.array, z: mx.array) -> mx.array:
-    """argmin_v ||E[v]||^2 - 2 z.E[v]: [K, D], [K], [B, D] -> [B]"""
-    return mx.argmin(sqnorms - 2.0 * (z @ codebook.T), axis=-1)
+@dataclass(frozen=True)
+class Codebook:
+    """One codebook as the nearest-vector search reads it, made once at load (evaluated views of arrays computed
+    once): in the frame, slicing the stacked codebooks, transposing, scaling a product and broadcasting the norms are
+    graph nodes per codebook, 31 times per MoG decision (on a CPU each node costs microseconds: README, Speed)."""
+
+    vectors: mx.array  # E [K, D]
+    doubled_t: mx.array  # (2 E)^T [D, K], a transposed view: z.(2 E[v]) is exactly 2 (z.E[v]) (a power of two scales
+    # without rounding), and the matmul reads E transposed as before
+    sqnorms: mx.array  # ||E[v]||^2 [1, K]
+
+    @staticmethod
+    def split(codebooks: mx.array) -> list["Codebook"]:
+        """[Q, K, D] -> Q codebooks."""
+        doubled_t, sqnorms = (2 * codebooks).swapaxes(1, 2), (codebooks * codebooks).sum(axis=-1, keepdims=True)
+        return [Codebook(*(compute.entry(a, q) for a in (codebooks, doubled_t)), compute.entry(sqnorms, q).T)
+                for q in range(codebooks.shape[0])]
+
+    def arrays(self) -> list[mx.array]:
+        return [self.vectors, self.doubled_t, self.sqnorms]
+
+
+def nearest_code(book: Codebook, z: mx.array) -> mx.array:
+    """argmin_v ||E[v]||^2 - 2 z.E[v]: [1, D] -> [1]"""
+    return mx.argmin(book.sqnorms - z @ book.doubled_t, axis=-1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -162,7 +184,7 @@ class RVQEARTTSModel(nn.Module):
             self.audio_prompt_projection_W = mx.zeros((h, h))
         self.mog_head = MoGHead(cfg.mog, h, latent)
         self.rvq_embs = mx.zeros((cfg.num_quantizers, cfg.codebook_size, latent))
-        self._codebook_norms = compute.Derived()  # ||E_q[v]||^2 [Q, K] of the codebooks
+        self._codebooks = compute.Derived()
         self._compiled = compute.CompiledFunctions()
 
     # -- text side ---------------------------------------------------------------------------------------------
@@ -259,37 +281,36 @@ class RVQEARTTSModel(nn.Module):
         iterations = sum(1 for k in self.schedule if k > 0)
         gumbels, normals = noise.frame(iterations, self.mog_head.num_predictions, self.rvq_embs.shape[-1])
         generate = self._code_generator(scale, top_p, top_k, noise_scale)
-        return generate(hidden, gumbels, normals, self.rvq_embs, self.codebook_norms())
+        return generate(hidden, gumbels, normals)
 
-    def codebook_norms(self) -> mx.array:
-        return self._codebook_norms.of(self.rvq_embs, lambda books: (books * books).sum(axis=-1))
+    def codebooks(self) -> list[Codebook]:
+        return self._codebooks.of(self.rvq_embs, Codebook.split)
 
     def prepare(self) -> list[mx.array]:
-        return [self.codebook_norms()]
+        return [a for book in self.codebooks() for a in book.arrays()]
 
     def _code_generator(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float):
         """The code generation of one setting, compiled (fixed shapes; its elementwise work fused)."""
         return self._compiled.get((scale, top_p, top_k, noise_scale), partial(self._codes, scale, top_p, top_k, noise_scale))
 
     def _codes(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float,
-               hidden: mx.array, gumbels: mx.array, normals: mx.array, codebooks: mx.array,
-               sqnorms: mx.array) -> mx.array:
+               hidden: mx.array, gumbels: mx.array, normals: mx.array) -> mx.array:
         """Per iteration i with k > 0: MoG over embed_code(sum of decided code vectors) + hidden with Gumbel noise
         gumbels[i], z = mu + exp(logs) * normals[i] * noise_scale, then k codebooks by residual nearest-vector
-        quantisation against the unpadded codebooks [Q, K, latent] (squared norms [Q, K])."""
+        quantisation against the unpadded codebooks (``rvq_embs``, read as :class:`Codebook`)."""
+        books = self.codebooks()
         cond, uncond = compute.entry(hidden, 0), compute.entry(hidden, 1)  # [1, H] each
         normals = normals.astype(hidden.dtype)  # randn_like(mu): one conversion, not a codebook's per decision
-        decided = mx.zeros((1, codebooks.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
+        decided = mx.zeros((1, self.rvq_embs.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
         codes, start = [], 0
         for i, k in enumerate(k for k in self.schedule if k > 0):
             e = self.embed_code(decided)
             x = mx.concatenate([e + cond, e + uncond]) if scale > 0 else e + cond
             mu, logs = self.mog_head.infer(x, scale, top_p, top_k, compute.entry(gumbels, i))
             z = mu + mx.exp(logs) * compute.entry(normals, i) * noise_scale
-            for q in range(start, start + k):
-                book = compute.entry(codebooks, q)
-                idx = nearest_code(book, compute.entry(sqnorms, q), z)
-                chosen = book[idx]
+            for book in books[start:start + k]:
+                idx = nearest_code(book, z)
+                chosen = book.vectors[idx]
                 z, decided = z - chosen, decided + chosen
                 codes.append(idx)
             start += k
