@@ -15,8 +15,8 @@ from voicechat.benchmarks import count_ops
 from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.errors import CheckpointError, ConfigError
 from voicechat.model import DERIVED_KEYS
-from voicechat.tts.eartts import (RVQEARTTSModel, WarmupInputs, depthsum, prompt_samples, unmasking_schedule,
-                                  warmup_inputs, warmup_waveform)
+from voicechat.tts.eartts import (Codebook, RVQEARTTSModel, WarmupInputs, depthsum, nearest_code, prompt_samples,
+                                  unmasking_schedule, warmup_inputs, warmup_waveform)
 from voicechat.tts.mog import KeyNoise
 
 TOL = 1e-4
@@ -166,6 +166,20 @@ def test_depthsum_ignores_pad_index():
     books = mx.array(np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2))  # Q=2, K=3, D=2
     code = mx.array([[0, 2], [3, 1], [3, 3]])
     assert np.array(depthsum(books, code)).tolist() == [[0 + 10, 1 + 11], [8, 9], [0, 0]]
+
+
+def test_nearest_code_is_the_closest_vector_of_each_codebook():
+    """The search over the load-time views picks, for each codebook, the vector at the smallest Euclidean distance
+    (numpy float64 brute force), and reads the codebook it was split from."""
+    rng = np.random.default_rng(0)
+    books = rng.standard_normal((31, 64, 16)).astype(np.float32)
+    split = Codebook.split(mx.array(books))
+    mx.eval([b.arrays() for b in split])
+    for q in (0, 7, 30):
+        for z in rng.standard_normal((20, 1, 16)).astype(np.float32):
+            expected = np.argmin(((books[q].astype(np.float64) - z.astype(np.float64)) ** 2).sum(-1))
+            assert nearest_code(split[q], mx.array(z)).tolist() == [expected]
+        np.testing.assert_array_equal(np.array(split[q].vectors), books[q])
 
 
 def test_session_with_key_noise_is_reproducible():
