@@ -113,6 +113,23 @@ def test_generation_matches_nemo(converted, run):
     assert np.abs(r.audio - ref["out.audio"][0]).max() < 1e-4
 
 
+def test_a_random_checkpoint_converts_and_answers_the_same(tmp_path):
+    """voicechat's random checkpoint (release layout: function head, RNNT, the release's list of attention contexts,
+    its tokenizer only at the top) goes through mlx-audio's converter, which is what lets the side-by-side benchmark
+    run on random medium and full-size checkpoints; the converted folder gives voicechat the same answer."""
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+
+    nested = write_tiny_checkpoint(tmp_path / "nested")
+    converted = convert(nested, tmp_path / "conv", PYTHON)
+    assert load_config(converted).format == "mlx-audio"
+    x = np.random.default_rng(0).standard_normal(24000).astype(np.float32) * 0.1
+    a, b = (voicechat.load(d).generate(x, 16000, seed=0) for d in (nested, converted))
+    assert a.function_tokens is not None and a.user_transcript
+    for field in ("text_tokens", "function_tokens", "audio_codes", "audio"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    assert a.user_transcript == b.user_transcript
+
+
 @pytest.mark.parametrize("joint_dropout", [0.1, 0.0])
 def test_rnnt_comes_back_and_transcribes_as_nemo(tmp_path, joint_dropout):
     """mlx-audio stores NeMo's LSTM as Wx / Wh / one summed bias and its joint Linear always at index 2: mapped back,

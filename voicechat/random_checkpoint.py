@@ -126,7 +126,11 @@ def llm_config(d: dict) -> dict:
             "mamba_head_dim": d["mamba_head_dim"], "ssm_state_size": d["state"], "n_groups": d["groups"],
             "conv_kernel": 4, "chunk_size": d["chunk"], "layer_norm_epsilon": 1e-5, "use_conv_bias": True,
             "mamba_proj_bias": False, "attention_bias": False, "mlp_bias": False, "time_step_min": 0.001,
-            "time_step_max": 0.1, "time_step_limit": [0.0, math.inf], "max_position_embeddings": 131072}
+            "time_step_max": 0.1, "time_step_limit": [0.0, math.inf], "max_position_embeddings": 131072,
+            # HF NemotronHConfig keys voicechat does not read, at the values NeMo's checkpoints carry (mlx-audio's
+            # converter requires them, so its side-by-side can run on these checkpoints)
+            "use_bias": False, "mlp_hidden_act": "relu2", "mamba_hidden_act": "silu", "residual_in_fp32": False,
+            "tie_word_embeddings": False, "expand": 2, "rescale_prenorm_residual": True, "time_step_floor": 1e-4}
 
 
 def rnnt_vocabulary(n: int) -> list[str]:

@@ -1,4 +1,5 @@
-"""A NeMo-made checkpoint converted by mlx-audio 0.6.2's own converter: one folder that both engines load.
+"""A checkpoint in NVIDIA's nested layout (NeMo-made, or ``random_checkpoint``'s) converted by mlx-audio 0.6.2's own
+converter: one folder that both engines load.
 
     python -m voicechat.benchmarks.mlx_audio_convert --nemo tests/fixtures/nemo/tiny_model_aria --out DIR \\
         --mlx-audio-python /path/to/peer_audio/bin/python [--latent-from REF.npz]
@@ -14,7 +15,10 @@ out so that both engines run NeMo's model (each is what NeMo 3.0.0 ran):
   * the LLM folder's ``num_hidden_layers`` (transformers derives it; mlx-audio reads it) and ``time_step_limit:
     [time_step_min, 1e30]`` (transformers' Nemotron-H clamps dt there; mlx-audio's converter drops an infinite bound
     and its default is (0, inf); voicechat reads 1e30 as inf);
-  * ``pretrained_llm`` pointing at the LLM folder copied into src (mlx-audio reads its config and tokenizer there).
+  * ``pretrained_llm`` pointing at the LLM folder copied into src (mlx-audio reads its config and tokenizer there;
+    the top-level tokenizer files are copied in when the LLM folder has none, as in voicechat's random checkpoints);
+  * the encoder's ``att_context_size`` as one [left, right] pair when the config lists several (the release writes
+    [[70, 0]]; NeMo and voicechat use the first at inference, mlx-audio 0.6.2 reads only a pair).
 With ``--latent-from`` (a NeMo reference dump of a checkpoint that takes a speaker WAV), the ``Aria`` latent that
 mlx-audio's warm-up needs is added: what NeMo feeds at the warm-up rows before BOS, ``embed_code(depthsum(codes
 shifted by one frame))`` of the speaker prompt codes NeMo recorded (``tts.init.code``; docs/model.md §2.5.5).
@@ -60,7 +64,10 @@ def write_source(nemo: Path, src: Path, latent_from: Path | None) -> None:
         str(llm_dir.resolve())
     for key, value in NEMO_IMPLICIT["stt"].items():
         stt.setdefault(key, value)
-    stt["perception"]["encoder"].setdefault("use_bias", NEMO_IMPLICIT["encoder"]["use_bias"])
+    encoder = stt["perception"]["encoder"]
+    encoder.setdefault("use_bias", NEMO_IMPLICIT["encoder"]["use_bias"])
+    if isinstance(encoder["att_context_size"][0], list):  # the release's list of contexts: the first one is used
+        encoder["att_context_size"] = encoder["att_context_size"][0]
     speech["tts_config"]["backbone_config"].setdefault("sliding_window", NEMO_IMPLICIT["backbone"]["sliding_window"])
     weights_file = src / "model.safetensors"
     if latent_from is None:
@@ -77,6 +84,8 @@ def write_source(nemo: Path, src: Path, latent_from: Path | None) -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (nemo / name).is_file():
             shutil.copy2(nemo / name, src / name)
+            if not (llm_dir / name).is_file():  # both engines read the tokenizer at tokenizer_path (random checkpoints
+                shutil.copy2(nemo / name, llm_dir / name)  # keep theirs only at the top)
 
 
 def convert(nemo: Path, out: Path, mlx_audio_python: str, latent_from: Path | None = None) -> Path:
