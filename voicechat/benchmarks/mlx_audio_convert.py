@@ -84,8 +84,9 @@ def write_source(nemo: Path, src: Path, latent_from: Path | None) -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (nemo / name).is_file():
             shutil.copy2(nemo / name, src / name)
-            if not (llm_dir / name).is_file():  # both engines read the tokenizer at tokenizer_path (random checkpoints
-                shutil.copy2(nemo / name, llm_dir / name)  # keep theirs only at the top)
+            # both engines read the tokenizer at tokenizer_path; random checkpoints keep theirs only at the top
+            if not (llm_dir / name).is_file():
+                shutil.copy2(nemo / name, llm_dir / name)
 
 
 def convert(nemo: Path, out: Path, mlx_audio_python: str, latent_from: Path | None = None) -> Path:
