@@ -147,7 +147,8 @@ def build(cfg: ModelConfig, tokenizer: TextTokenizer, weights: dict, dtype: Opti
 
 def prepare(model: nn.Module) -> None:
     """Compute, once, what inference derives from the loaded weights (modules with a ``prepare`` method: offset norm
-    weights, fused projections, codebook norms), so that none of it runs per frame or inside a compiled function."""
+    weights, fused projections, the codebooks' search arrays), so that none of it runs per frame or inside a compiled
+    function."""
     for _, module in model.named_modules():
         if hasattr(module, "prepare"):
             mx.eval(module.prepare())
