@@ -172,6 +172,8 @@ class Fused:
         if not self.joint or any(layer.weight is not part for layer, part in zip(layers, self.parts)):
             return [layer(x) for layer in layers]
         weight, bias = self.joint
-        out = x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+        out = x @ weight.T
+        if bias is not None:  # added after the product, not by addmm: voicechat.layers.Linear says why
+            out = out + bias
         cuts = list(accumulate(layer.weight.shape[0] for layer in layers[:-1]))
         return mx.split(out, cuts, axis=-1)

@@ -22,7 +22,7 @@ import mlx.nn as nn
 
 from ..config import EncoderConfig
 from ..errors import ConfigError
-from ..layers import CausalDepthwiseConv
+from ..layers import CausalDepthwiseConv, Linear
 
 SUBSAMPLING_KERNEL = 3
 SUBSAMPLING_STRIDE = 2
@@ -84,7 +84,7 @@ class ConvSubsampling(nn.Module):
         freq = cfg.feat_in
         for _ in range(steps):
             freq = strided_length(freq, self.causal)
-        self.out = nn.Linear(channels * freq, cfg.d_model)
+        self.out = Linear(channels * freq, cfg.d_model)
 
     def image(self, features: mx.array) -> mx.array:
         """Log-mel rows [..., T, F] (float32, docs/model.md §2.1) -> a one-channel image [..., T, F, 1], channels-last,
@@ -257,11 +257,11 @@ class RelPositionMultiHeadAttention(nn.Module):
         super().__init__()
         d, h = cfg.d_model, cfg.n_heads
         self.heads = h
-        self.linear_q = nn.Linear(d, d, bias=cfg.use_bias)
-        self.linear_k = nn.Linear(d, d, bias=cfg.use_bias)
-        self.linear_v = nn.Linear(d, d, bias=cfg.use_bias)
-        self.linear_out = nn.Linear(d, d, bias=cfg.use_bias)
-        self.linear_pos = nn.Linear(d, d, bias=False)
+        self.linear_q = Linear(d, d, bias=cfg.use_bias)
+        self.linear_k = Linear(d, d, bias=cfg.use_bias)
+        self.linear_v = Linear(d, d, bias=cfg.use_bias)
+        self.linear_out = Linear(d, d, bias=cfg.use_bias)
+        self.linear_pos = Linear(d, d, bias=False)
         self.pos_bias_u = mx.zeros((h, d // h))
         self.pos_bias_v = mx.zeros((h, d // h))
         self._fused = compute.Fused()
@@ -296,8 +296,8 @@ class ConformerFeedForward(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         hidden = cfg.d_model * cfg.ff_expansion_factor
-        self.linear1 = nn.Linear(cfg.d_model, hidden, bias=cfg.use_bias)
-        self.linear2 = nn.Linear(hidden, cfg.d_model, bias=cfg.use_bias)
+        self.linear1 = Linear(cfg.d_model, hidden, bias=cfg.use_bias)
+        self.linear2 = Linear(hidden, cfg.d_model, bias=cfg.use_bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.linear2(nn.silu(self.linear1(x)))
@@ -335,10 +335,10 @@ class ConformerConvolution(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.kernel_size = cfg.conv_kernel_size
-        self.pointwise_conv1 = nn.Linear(d, 2 * d, bias=cfg.use_bias)
+        self.pointwise_conv1 = Linear(d, 2 * d, bias=cfg.use_bias)
         self.depthwise_conv = CausalDepthwiseConv(d, cfg.conv_kernel_size, bias=cfg.use_bias)
         self.batch_norm = conv_norm(cfg)
-        self.pointwise_conv2 = nn.Linear(d, d, bias=cfg.use_bias)
+        self.pointwise_conv2 = Linear(d, d, bias=cfg.use_bias)
 
     def __call__(self, x: mx.array, valid: mx.array, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D], valid [B, T, 1] -> [B, T, D]. The depthwise conv's left context is zeros, or a stream's last

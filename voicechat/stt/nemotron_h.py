@@ -21,7 +21,7 @@ import mlx.nn as nn
 
 from ..cache import KVCache
 from ..config import LLMConfig
-from ..layers import CausalDepthwiseConv
+from ..layers import CausalDepthwiseConv, Linear
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -191,13 +191,13 @@ class Mamba2Mixer(nn.Module):
         self.inner, self.conv_dim = cfg.mamba_inner, cfg.conv_dim
         self.chunk_size = cfg.chunk_size
         self.dt_low, self.dt_high = cfg.time_step_limit
-        self.in_proj = nn.Linear(cfg.hidden_size, self.inner + self.conv_dim + self.heads, bias=cfg.mamba_proj_bias)
+        self.in_proj = Linear(cfg.hidden_size, self.inner + self.conv_dim + self.heads, bias=cfg.mamba_proj_bias)
         self.conv1d = CausalDepthwiseConv(self.conv_dim, cfg.conv_kernel, cfg.use_conv_bias)
         self.dt_bias = mx.zeros((self.heads,))
         self.A_log = mx.zeros((self.heads,))
         self.D = mx.ones((self.heads,))
         self.norm = GatedRMSNorm(self.inner, self.groups, cfg.layer_norm_epsilon)
-        self.out_proj = nn.Linear(self.inner, cfg.hidden_size, bias=cfg.mamba_proj_bias)
+        self.out_proj = Linear(self.inner, cfg.hidden_size, bias=cfg.mamba_proj_bias)
 
     def __call__(self, x: mx.array, cache: MambaCache) -> mx.array:
         # [B, L, hidden] -> [B, L, hidden]
@@ -244,10 +244,10 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.scale = cfg.head_dim**-0.5
         bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_proj = Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
 
     def __call__(self, x: mx.array, cache: KVCache) -> mx.array:
         # [B, L, hidden] -> [B, L, hidden]
@@ -280,8 +280,8 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: LLMConfig):
         super().__init__()
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
 
     def __call__(self, x: mx.array, cache: None = None) -> mx.array:
         return self.down_proj(mx.square(nn.relu(self.up_proj(x))))

@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..config import AudioConfig
+from ..layers import Linear
 from .fastconformer import ConformerEncoder, EncoderStream, SubsamplingStream, subsampled_length
 from .mel import MelStream, Preprocessor, valid_frames
 
@@ -24,7 +25,7 @@ class Perception(nn.Module):
         super().__init__()
         self.preprocessor = Preprocessor(cfg.preprocessor)
         self.encoder = ConformerEncoder(cfg.encoder)
-        self.proj = nn.Linear(cfg.encoder.d_model, cfg.output_dim)
+        self.proj = Linear(cfg.encoder.d_model, cfg.output_dim)
         self._compiled = compute.CompiledFunctions()
 
     def __call__(self, audio: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array, mx.array]:

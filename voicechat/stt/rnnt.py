@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..config import RNNTConfig
+from ..layers import Linear
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -95,10 +96,10 @@ class RNNTJoint(nn.Module):
 
     def __init__(self, cfg: RNNTConfig):
         super().__init__()
-        self.enc = nn.Linear(cfg.encoder_hidden, cfg.joint_hidden)
-        self.pred = nn.Linear(cfg.pred_hidden, cfg.joint_hidden)
+        self.enc = Linear(cfg.encoder_hidden, cfg.joint_hidden)
+        self.pred = Linear(cfg.pred_hidden, cfg.joint_hidden)
         dropout = [nn.Dropout()] if cfg.joint_dropout else []
-        self.joint_net = [nn.ReLU(), *dropout, nn.Linear(cfg.joint_hidden, cfg.vocab_size + 1)]
+        self.joint_net = [nn.ReLU(), *dropout, Linear(cfg.joint_hidden, cfg.vocab_size + 1)]
 
     def __call__(self, projected_frame: mx.array, g: mx.array) -> mx.array:
         # enc(f) [1, J], g [1, pred_hidden] -> logits [1, vocab + 1]; dropout is the identity at inference

@@ -23,7 +23,7 @@ import mlx.nn as nn
 
 from ..config import CodecConfig
 from ..errors import ConfigError
-from ..layers import CausalDepthwiseConv
+from ..layers import CausalDepthwiseConv, Linear
 from ..stt.mel import hann_window
 
 MAX_MAGNITUDE = 100.0  # docs/model.md §2.6: decoder head bounds the magnitude to (0, 100)
@@ -121,8 +121,8 @@ class ConvNeXtBlock(nn.Module):
         super().__init__()
         self.dwconv = CausalDepthwiseConv(channels, kernel_size)
         self.norm = nn.LayerNorm(channels, eps=LAYER_NORM_EPS)
-        self.pwconv1 = nn.Linear(channels, 4 * channels)
-        self.pwconv2 = nn.Linear(4 * channels, channels)
+        self.pwconv1 = Linear(channels, 4 * channels)
+        self.pwconv2 = Linear(4 * channels, channels)
 
     def context_size(self) -> int:
         return self.dwconv.weight.shape[1] - 1
@@ -195,7 +195,7 @@ class CodecEncoder(nn.Module):
         super().__init__()
         self.n_fft, self.hop = cfg.n_fft, cfg.hop_length
         widths = stage_widths(cfg)
-        layers: list = [nn.Linear(cfg.n_fft + 2, widths[0], bias=False)]
+        layers: list = [Linear(cfg.n_fft + 2, widths[0], bias=False)]
         for width, next_width, rate in zip(widths, widths[1:] + [cfg.latent_size], cfg.rates):
             layers += [ConvNeXtBlock(width, cfg.kernel_size) for _ in range(cfg.num_blocks)]
             layers.append(StridedConv1d(width, next_width, rate))
@@ -221,7 +221,7 @@ class CodecDecoder(nn.Module):
         for in_width, width, rate in zip([cfg.latent_size] + widths[:-1], widths, cfg.rates[::-1]):
             layers.append(StridedConvTranspose1d(in_width, width, rate))
             layers += [ConvNeXtBlock(width, cfg.kernel_size) for _ in range(cfg.num_blocks)]
-        layers.append(nn.Linear(widths[-1], cfg.n_fft + 2, bias=False))
+        layers.append(Linear(widths[-1], cfg.n_fft + 2, bias=False))
         self.layers = layers
 
     def initial_histories(self, batch_size: int) -> list[mx.array]:

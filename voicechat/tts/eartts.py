@@ -20,6 +20,7 @@ import mlx.nn as nn
 
 from ..config import TTSConfig
 from ..errors import CheckpointError, ConfigError
+from ..layers import Linear
 from .gemma3 import Gemma3TextModel
 from .layers import RMSNorm
 from .mog import KeyNoise, MoGHead, NoiseSource
@@ -134,8 +135,8 @@ class GatedProjectedSumRMSNorm(nn.Module):
 
     def __init__(self, hidden_size: int):
         super().__init__()
-        self.audio_proj = nn.Linear(hidden_size, hidden_size)
-        self.text_proj = nn.Linear(hidden_size, hidden_size)
+        self.audio_proj = Linear(hidden_size, hidden_size)
+        self.text_proj = Linear(hidden_size, hidden_size)
         self.gate = mx.zeros((hidden_size,))
         self.residual_scale = mx.array(0.0)
         self.final_norm = RMSNorm(hidden_size)
@@ -175,7 +176,7 @@ class RVQEARTTSModel(nn.Module):
         self.backbone = Gemma3TextModel(cfg.backbone)
         self.bos_emb = mx.zeros((h,))
         self.null_emb = mx.zeros((h,))
-        self.embed_code = nn.Linear(latent, h, bias=False)
+        self.embed_code = Linear(latent, h, bias=False)
         self.embed_subword = CharAwareSubwordEncoder(cfg.char_encoder, h, text_vocab_size, cfg.use_subword_flag_emb,
                                                      cfg.use_bos_eos_emb)
         if cfg.use_gated_fusion:
