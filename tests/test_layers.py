@@ -5,9 +5,11 @@ import pytest
 
 import conftest  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
+import mlx.nn as nn
 
 from voicechat.checkpoint import fit_layout
-from voicechat.layers import CausalDepthwiseConv
+from voicechat.benchmarks import op_histogram
+from voicechat.layers import CausalDepthwiseConv, Linear
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -28,3 +30,25 @@ def test_causal_depthwise_conv_is_torch_conv1d_with_left_padding(bias):
     got = np.array(layer(mx.array(padded.transpose(0, 2, 1))))
     np.testing.assert_allclose(got[0], expected.T, atol=1e-5)
     assert ("bias" in layer) == bias
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_is_torch_linear_without_addmm(bias):
+    """``Linear`` computes torch's ``x W^T + b`` (checked in float64), equals MLX's own ``nn.Linear`` bit for bit on
+    the CPU, builds no AddMM node (the bias is added after the product) and still quantizes as ``nn.Linear`` does."""
+    rng = np.random.default_rng(3)
+    w, b = rng.normal(size=(96, 128)), rng.normal(size=(96,))
+    x = rng.normal(size=(2, 1, 128))
+    layer, reference = Linear(128, 96, bias=bias), nn.Linear(128, 96, bias=bias)
+    for m in (layer, reference):
+        m.weight = mx.array(w.astype(np.float32))
+        if bias:
+            m.bias = mx.array(b.astype(np.float32))
+    y = layer(mx.array(x.astype(np.float32)))
+    assert "AddMM" not in op_histogram(y)  # before y is evaluated: the graph that would run
+    np.testing.assert_allclose(np.array(y), x @ w.T + (b if bias else 0.0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.array(y), np.array(reference(mx.array(x.astype(np.float32)))))
+    parent = nn.Module()
+    parent.proj = Linear(128, 96, bias=bias)
+    nn.quantize(parent, group_size=64, bits=4)
+    assert isinstance(parent.proj, nn.QuantizedLinear) and ("bias" in parent.proj) == bias

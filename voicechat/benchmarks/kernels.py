@@ -4,9 +4,9 @@
 
 Views (reshape, transpose), an elementwise add, and a one-row bfloat16 linear layer of 1024 -> 1024 written the ways
 the engine could write it (``addmm`` with its bias, matmul then add, the weight transposed per call or once, 3-D or
-2-D rows), then the same at two rows (also one row at a time, and as a batch of one-row products), in float32, and a
-1024 -> 4096 -> 1024 feed-forward pair. Chains of the same step make the per-node cost measurable; the numbers are
-microseconds per step (median of 15 evaluations).
+2-D rows), then the same at two rows (also one row at a time, as a batch of one-row products, and by ``gather_mm``),
+in float32, and a 1024 -> 4096 -> 1024 feed-forward pair. Chains of the same step make the per-node cost measurable;
+the numbers are microseconds per step (median of 15 evaluations).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def main() -> None:
     w = mx.random.normal((1024, 1024)).astype(bf16)
     b = mx.zeros((1024,), bf16)
     wt = w.T
+    both = mx.zeros((2,), mx.uint32)  # gather_mm: both rows against weight 0
     w4, b4 = mx.random.normal((4096, 1024)).astype(bf16), mx.zeros((4096,), bf16)
     mx.eval(row3, row2, rows, w, b, wt, w4, b4)
     cases = [
@@ -68,6 +69,7 @@ def main() -> None:
         # the same [2, 1, K] rows as a view whose row axis has stride 1: MLX's CUDA matmul then keeps the batch of 2
         # (a gemv per row) instead of folding it into a 2-row cuBLAS product
         ("matmul, 2 rows as a batch of gemvs", lambda x: mx.swapaxes(x.reshape(2, -1)[..., None], 1, 2) @ w.T, rows),
+        ("matmul, 2 rows by gather_mm", lambda x: mx.gather_mm(x, wt[None], rhs_indices=both), rows),
         ("float32 addmm 3-D", lambda x: mx.addmm(b.astype(f32), x, w.T.astype(f32)), row3.astype(f32)),
         ("float32 matmul + add 3-D", lambda x: x @ w.T.astype(f32) + b.astype(f32), row3.astype(f32)),
         ("feed-forward pair, addmm", lambda x: mx.addmm(b, mx.addmm(b4, x, w4.T), w4), row3),
