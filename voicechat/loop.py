@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -48,17 +47,7 @@ class Model:
         self.net = net
         self.directory = directory
         self._warmup_codes: dict = {}
-        self._streams: dict[int, tuple] = {}
         self._silence: Optional[mx.array] = None
-
-    def streams(self) -> tuple:
-        """The two device streams sessions build their positions on (the LLM's; the speech networks'), made once per
-        thread (a stream belongs to the thread that made it): MLX keeps a stream's thread for the life of the process,
-        so a stream per session would leak threads."""
-        thread = threading.get_ident()
-        if thread not in self._streams:
-            self._streams[thread] = (mx.new_stream(mx.default_device()), mx.new_stream(mx.default_device()))
-        return self._streams[thread]
 
     # -- speaker ---------------------------------------------------------------------------------------------
     def speakers(self) -> list[str]:

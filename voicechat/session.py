@@ -231,7 +231,6 @@ class Session:
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.codec = self.tts.audio_codec.stream()
-        self.llm_stream, self.speech_stream = self.model.streams()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
         self.taken = 0  # samples fed, at their own rate
@@ -402,8 +401,9 @@ class Session:
     # -- the frame loop ----------------------------------------------------------------------------------------
     def _run(self, inputs: list) -> list[Frame]:
         """Run one position per input (audio [H] or None on the prompt, encoder frame [D], valid). Each position is
-        one graph on the device (ids, codes and samples never wait for the host) and one evaluation; while it runs,
-        the next position is already built (LOOKAHEAD), and the host reads the finished one."""
+        one graph on the device (ids, codes and samples never wait for the host) and one evaluation, on one stream
+        (the calling thread's: docs/streaming.md says why not two); while it runs, the next position is already built
+        (LOOKAHEAD), and the host reads the finished one."""
         frames, running = [], deque()
         self.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
         # with tools, the channel reads each position before it plans the next one (docs/tools.md §5)
@@ -429,8 +429,7 @@ class Session:
             ids = self._tool_ids(t, ids)
         first = None
         if self.rnnt is not None and valid and encoded is not None:
-            with mx.stream(self.llm_stream):
-                first = self.rnnt.first_joint(self.rnnt_state, encoded[None])
+            first = self.rnnt.first_joint(self.rnnt_state, encoded[None])
         codes, piece = self._speak(t, compute.entry(ids, 0))
         self.prev_ids = ids
         state = [*self.lm_state.arrays, *self.listener.arrays(), *self.tts_state.arrays(), *self.codec.arrays,
@@ -443,18 +442,17 @@ class Session:
         text sampled (greedy by default), function greedy (docs/model.md §1.2 F)."""
         c, gen = self.cfg, self.gen
         t0 = time.perf_counter()
-        with mx.stream(self.llm_stream):
-            prev_text, prev_func = self.prev_ids[0:1], self.prev_ids[1:2]
-            text, func = lm.step(self.stt, c, self.lm_state, audio[None], prev_text,
-                                 prev_func if self.stt.function_head is not None else None)
-            best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1).reshape(-1).astype(mx.int32)
-            key = None
-            if gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
-                self.text_key, key = mx.random.split(self.text_key)
-            text_id = sample_text_token(compute.entry(text, 0), compute.entry(best, 0), self.seen, self.special_ids, gen, key).astype(mx.int32)
-            func_id = compute.entry(best, 1) if func is not None else mx.array(c.pad_id, mx.int32)
-            self.seen = self.seen | ((mx.arange(self.seen.shape[0]) == text_id) & ~mx.any(text_id == self.special_ids))
-            ids = mx.stack([text_id, func_id])
+        prev_text, prev_func = self.prev_ids[0:1], self.prev_ids[1:2]
+        text, func = lm.step(self.stt, c, self.lm_state, audio[None], prev_text,
+                             prev_func if self.stt.function_head is not None else None)
+        best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1).reshape(-1).astype(mx.int32)
+        key = None
+        if gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
+            self.text_key, key = mx.random.split(self.text_key)
+        text_id = sample_text_token(compute.entry(text, 0), compute.entry(best, 0), self.seen, self.special_ids, gen, key).astype(mx.int32)
+        func_id = compute.entry(best, 1) if func is not None else mx.array(c.pad_id, mx.int32)
+        self.seen = self.seen | ((mx.arange(self.seen.shape[0]) == text_id) & ~mx.any(text_id == self.special_ids))
+        ids = mx.stack([text_id, func_id])
         self.clock.stage("llm", t0, ids, *self.lm_state.arrays)
         return ids
 
@@ -482,18 +480,17 @@ class Session:
         """The TTS step of position t (none at t = 0) and the codec's new samples, lazy: (codes [Q], samples)."""
         c, s = self.cfg, self.settings
         codes = piece = None
-        with mx.stream(self.speech_stream):
-            if t >= 1:
-                t0 = time.perf_counter()
-                if c.tts.force_silence_on_eos:  # docs/model.md §1.2 H: the silence codes precede an EOS frame
-                    self.prev_code = mx.where(text_id == c.eos_id, self.silence, self.prev_code)
-                self.prev_code = codes = self.tts.tts_model.step(
-                    self.tts_state, self.prev_code, text_id, s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
-                self.clock.stage("tts", t0, codes, *self.tts_state.arrays())
-            if t >= self.decoder_from:
-                t0 = time.perf_counter()
-                piece = self.codec.append((codes if codes is not None else self.frame0_codes).reshape(1, 1, -1))
-                self.clock.stage("codec", t0, piece, *self.codec.arrays)
+        if t >= 1:
+            t0 = time.perf_counter()
+            if c.tts.force_silence_on_eos:  # docs/model.md §1.2 H: the silence codes precede an EOS frame
+                self.prev_code = mx.where(text_id == c.eos_id, self.silence, self.prev_code)
+            self.prev_code = codes = self.tts.tts_model.step(
+                self.tts_state, self.prev_code, text_id, s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
+            self.clock.stage("tts", t0, codes, *self.tts_state.arrays())
+        if t >= self.decoder_from:
+            t0 = time.perf_counter()
+            piece = self.codec.append((codes if codes is not None else self.frame0_codes).reshape(1, 1, -1))
+            self.clock.stage("codec", t0, piece, *self.codec.arrays)
         return codes, piece
 
     def _finish(self, step: Step) -> Frame:
