@@ -238,9 +238,10 @@ def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p
     masked probabilities zeroed, so a query outside the length gets exactly 0 (docs/model.md §2.2.3-4). Computed as scaled
     dot-product attention of each query block over its key band, the position scores and the mask as its additive
     bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
-    q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [W, H, dk] (distances left .. -right) -> [B, T, H * dk]."""
+    q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [H, dk, W] (distances left .. -right, the position keys
+    laid out for the product: :meth:`RelPositionMultiHeadAttention.position_keys`) -> [B, T, H * dk]."""
     b, t, h, dk = q_u.shape
-    position = query_blocks(q_v, ctx) @ p.transpose(1, 2, 0)  # [B n, H, block, W]
+    position = query_blocks(q_v, ctx) @ p  # [B n, H, block, W]
     allowed = ctx.allowed.reshape(b * ctx.blocks, 1, ctx.block, ctx.span)
     bias = mx.where(allowed, skew_to_keys(position, ctx.span) / math.sqrt(dk), MASKED_SCORE)
     out = mx.fast.scaled_dot_product_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
@@ -274,9 +275,11 @@ class RelPositionMultiHeadAttention(nn.Module):
         return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
 
     def position_keys(self, pos_emb: mx.array) -> mx.array:
-        """``linear_pos`` of the relative-position encodings [W, d] (float32) -> [W, H, dk] in the weights' dtype (a
-        stream computes it once)."""
-        return self.split_heads(self.linear_pos(pos_emb.astype(self.linear_pos.weight.dtype)))
+        """``linear_pos`` of the relative-position encodings [W, d] (float32) -> [H, dk, W] in the weights' dtype, laid
+        out as the attention's product reads it (a transposed view would be copied by every product; a stream
+        computes this once)."""
+        keys = self.split_heads(self.linear_pos(pos_emb.astype(self.linear_pos.weight.dtype)))
+        return mx.contiguous(keys.transpose(1, 2, 0))
 
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
