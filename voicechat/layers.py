@@ -8,14 +8,10 @@ import mlx.nn as nn
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` with its bias added after the matmul instead of through ``addmm``. On CUDA, MLX runs a one-row
-    matmul as a gemv kernel only when no bias comes with it (an addmm goes to cuBLAS): 7.9 vs 14.5 us per 1024 x 1024
-    layer, compiled, on the H200 (docs/bench/h200-2026-12-01-node-probe.txt); compiled, the add joins the elementwise
-    kernel that follows. On the CPU both are the same BLAS product and one rounding of the sum with the bias."""
+    """``nn.Linear`` computed by :func:`voicechat.compute.affine` (its bias added after the product, not by addmm)."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = x @ self["weight"].T
-        return y + self["bias"] if "bias" in self else y
+        return compute.affine(x, self["weight"], self["bias"] if "bias" in self else None)
 
 
 class CausalDepthwiseConv(nn.Module):
