@@ -8,7 +8,8 @@ Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones
 * the streaming session fed 80 ms at a time, as a microphone would: per-frame compute and the latency from a
   completed 80 ms input frame to its output samples (the ``feed`` call that completes it);
 * with ``--minutes``, one long session (the same 80 ms feeding): per-frame p50 / p95 / p99 / max over the whole of
-  it, the frames over 1.5x and 2x the median and where they were, and memory: peak, and active memory per minute;
+  it and per 250 frames (with the CPU time of the thread that feeds it, where MLX builds, walks and launches the
+  graph), the frames over 1.5x and 2x the median and where they were, and memory: peak, and active memory per minute;
 * graph nodes of one frame per network, and peak memory.
 
 Workload (``--workload``): ``speech`` (default) scripts the text channel as speech has it, a new subword id every 4
@@ -101,6 +102,9 @@ def offline(model, x: np.ndarray, runs: int, workload: str) -> dict:
             "split": {k: stats(calls.get(k, [])) for k in ("llm", "tts", "codec", "transcript")}}
 
 
+WINDOW = 250  # frames (20 s) per row of a long session's per-window statistics
+
+
 def live(model, x: np.ndarray, workload: str, seed: int = 0) -> dict:
     """A session fed 80 ms at a time: each feed completes one frame; its duration is the latency from the completed
     input frame to its samples, and the frame's own compute."""
@@ -111,15 +115,16 @@ def live(model, x: np.ndarray, workload: str, seed: int = 0) -> dict:
     s = Session(model, PROMPT, seed, script=speech_script(model, p) if workload == "speech" else None)
     setup = time.perf_counter() - t0
     step = round(FRAME * RATE)
-    latency, computed = [], []
+    latency, computed, host = [], [], []
     mx.reset_peak_memory()
     start_memory = mx.get_active_memory()
     memory = []  # (minutes of input, active GB)
     for i in range(0, len(x) - step + 1, step):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         frames = s.feed(x[i:i + step], RATE)
         if frames:
             latency.append(time.perf_counter() - t0)
+            host.append(time.thread_time() - c0)
             computed += [f.seconds["total"] for f in frames]
         if (i // step) % 750 == 749:  # each minute of input
             memory.append(((i + step) / RATE / 60, mx.get_active_memory() / 1e9))
@@ -129,6 +134,8 @@ def live(model, x: np.ndarray, workload: str, seed: int = 0) -> dict:
     return {"setup_s": setup, "frames": stats(times), "latency": stats(latency),
             "over_1.5x_median": len(slow), "over_2x_median": sum(1 for t in times if t > 2 * median),
             "slowest": sorted(slow, key=lambda a: -a[1])[:10],
+            "by_window": [{"first": j, **stats(times[j:j + WINDOW]), "host_cpu_p50": stats(host[j:j + WINDOW])["p50"]}
+                          for j in range(0, len(times), WINDOW)],
             "memory_gb": {"start_active": start_memory / 1e9, "peak": peak_memory_gb(), "per_minute": memory}}
 
 
@@ -177,6 +184,9 @@ def print_table(r: dict) -> None:
         mem = ls["memory_gb"]
         print(f"long session: {ls['over_1.5x_median']} frames over 1.5x the median, {ls['over_2x_median']} over 2x; "
               f"slowest (frame, ms) {ls['slowest'][:5]}")
+        print(f"  by {WINDOW} frames (first frame: p50 / p95 / max, and p50 of the feeding thread's CPU time): "
+              + ", ".join(f"{w['first']}: {w['p50']:.1f} / {w['p95']:.1f} / {w['max']:.1f}, cpu {w['host_cpu_p50']:.1f}"
+                          for w in ls["by_window"]))
         print(f"  memory: active at start {mem['start_active']:.2f} GB, peak {mem['peak']:.2f} GB, active per minute "
               + ", ".join(f"{m:g} min {g:.2f} GB" for m, g in mem["per_minute"]))
     ops = r["ops_per_frame"]

@@ -353,15 +353,19 @@ class NemotronH(nn.Module):
 
     def warm_up(self, capacities: list[int]) -> None:
         """One decode step at each attention-cache capacity (zero state, evaluated): traced and compiled ahead."""
-        dtype = compute.speech_dtype()
-        x = mx.zeros((1, 1, self.cfg.hidden_size), dtype)
+        x = mx.zeros((1, 1, self.cfg.hidden_size), compute.speech_dtype())
         for capacity in capacities:
-            cache = self.make_cache()
-            for c in cache.layers:
-                if isinstance(c, KVCache):
-                    c.keys = c.values = mx.zeros((1, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
-                    c.offset = capacity - 1
+            cache = self.cache_at(capacity)
             mx.eval(self.decode(x, cache), cache.state)
+
+    def cache_at(self, capacity: int) -> LLMCache:
+        """A zero state whose next decode step meets attention buffers of ``capacity`` slots."""
+        cache, dtype = self.make_cache(), compute.speech_dtype()
+        for c in cache.layers:
+            if isinstance(c, KVCache):
+                c.keys = c.values = mx.zeros((1, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
+                c.offset = capacity - 1
+        return cache
 
     def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:
         """A Mamba layer's [conv, ssm] state, zeros before the first position."""

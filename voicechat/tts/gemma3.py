@@ -109,15 +109,19 @@ class Gemma3TextModel(nn.Module):
 
     def warm_up(self, capacities: list[int], dtype: mx.Dtype, rows: int = 2) -> None:
         """One step at each cache capacity (zero caches, evaluated): traced and compiled ahead."""
-        cfg = self.cfg
-        x = mx.zeros((rows, 1, cfg.hidden_size), dtype)
+        x = mx.zeros((rows, 1, self.cfg.hidden_size), dtype)
         for capacity in capacities:
-            caches = self.make_caches()
-            for cache in caches:
-                size = capacity if cache.window is None else min(capacity, cache.window)
-                cache.keys = cache.values = mx.zeros((rows, cfg.num_key_value_heads, size, cfg.head_dim), dtype)
-                cache.offset = size - 1
+            caches = self.caches_at(capacity, rows, dtype)
             mx.eval(self.step(x, caches), [c.arrays() for c in caches])
+
+    def caches_at(self, capacity: int, rows: int, dtype: mx.Dtype) -> list[KVCache]:
+        """Zero caches whose next step meets buffers of ``capacity`` slots (a window's layers: at most the window)."""
+        cfg, caches = self.cfg, self.make_caches()
+        for cache in caches:
+            size = capacity if cache.window is None else min(capacity, cache.window)
+            cache.keys = cache.values = mx.zeros((rows, cfg.num_key_value_heads, size, cfg.head_dim), dtype)
+            cache.offset = size - 1
+        return caches
 
     def step(self, x: mx.array, caches: list) -> mx.array:
         """One position after a warm-up: the whole stack as one compiled function over fixed-shape cache buffers
