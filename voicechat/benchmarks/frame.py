@@ -133,7 +133,7 @@ def live(model, x: np.ndarray, workload: str, seed: int = 0) -> dict:
     slow = [(j, round(t * 1e3, 1)) for j, t in enumerate(times) if t > 1.5 * median]
     return {"setup_s": setup, "frames": stats(times), "latency": stats(latency),
             "over_1.5x_median": len(slow), "over_2x_median": sum(1 for t in times if t > 2 * median),
-            "slowest": sorted(slow, key=lambda a: -a[1])[:10],
+            "slowest": sorted(slow, key=lambda a: -a[1])[:10], "frames_ms": [round(t * 1e3, 2) for t in times],
             "by_window": [{"first": j, **stats(times[j:j + WINDOW]), "host_cpu_p50": stats(host[j:j + WINDOW])["p50"]}
                           for j in range(0, len(times), WINDOW)],
             "memory_gb": {"start_active": start_memory / 1e9, "peak": peak_memory_gb(), "per_minute": memory}}
