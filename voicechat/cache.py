@@ -82,6 +82,9 @@ class KVCache:
         if self.keys is None or self.keys.shape[2] < capacity:
             used = min(self.offset, self.window or self.offset)
             self.keys, self.values = _grown(self.keys, like, used, capacity), _grown(self.values, like, used, capacity)
+            # evaluated on their own, so that the position's graph has the kernels of every other position: on CUDA a
+            # graph of new kernels is instantiated anew, and the one holding this copy was a spike (README, Speed)
+            mx.eval(self.keys, self.values)
 
     def _in_order(self, buf: mx.array) -> mx.array:
         """The stored positions oldest first: [B, N, min(offset, window), D]."""
