@@ -34,6 +34,7 @@ from .tts.eartts import prompt_samples, warmup_waveform
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
+WARM_FRAMES = 4  # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 
 Progress = Callable[[int, int, FrameUpdate], None]
 
@@ -161,7 +162,9 @@ class Model:
         (GPU only: on a CPU nothing is compiled). Returns the seconds it took."""
         t0 = time.perf_counter()
         session = Session(self, "warm up")
-        session.feed(np.zeros(3 * self.config.samples_per_input_frame, np.float32), self.config.input_sample_rate)
+        frame = np.zeros(self.config.samples_per_input_frame, np.float32)
+        for _ in range(WARM_FRAMES):  # 80 ms at a time, as a live session is fed: its steady frame is traced too
+            session.feed(frame, self.config.input_sample_rate)
         self.net.stt_model.llm.warm_up(capacities(positions))
         self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
         return time.perf_counter() - t0

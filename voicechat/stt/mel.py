@@ -169,14 +169,17 @@ class MelStream:
         """New samples (16 kHz float32) -> the columns they complete [n, F] (n may be 0)."""
         return self.columns(*self.take(samples))
 
-    def take(self, samples: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    def take(self, samples: np.ndarray, group: int = 1) -> tuple[np.ndarray, int, int, int]:
         """Keep new samples; what the columns they complete are made from: (raw samples, absolute index of the
-        first, count of columns, end of the signal). :meth:`columns` turns that into the columns."""
+        first, count of columns, end of the signal). :meth:`columns` turns that into the columns. With ``group`` g the
+        columns come out as column 0, then whole groups of g (an encoder frame's columns, 8k - 7 .. 8k:
+        docs/streaming.md §2), so what follows them sees the same columns per frame however the audio is chunked."""
         if self.finished:
             raise RuntimeError("this mel stream was finished")
         self.kept = np.concatenate([self.kept, np.asarray(samples, np.float32)])
         self.total += len(samples)
         ready = (self.total - self.n_fft // 2) // self.hop + 1  # columns whose frame ends at or before `total`
+        ready -= max(0, ready - 1) % group  # down to 1 + a multiple of the group
         return self._take(max(0, ready - self.next_column))
 
     def finish(self) -> mx.array:

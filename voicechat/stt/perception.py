@@ -75,9 +75,10 @@ class PerceptionStream:
     def push(self, samples: np.ndarray) -> tuple[mx.array, mx.array]:
         """[N] float32 -> (projected [n, output_dim], encoder output [n, d_model]) of the frames completed (lazy).
         A steady frame (8 new mel columns, every cache in place) runs as one function, compiled on a GPU."""
-        raw, first, count, end = self.mel.take(samples)
+        factor = self.encoder.encoder.cfg.subsampling_factor
+        raw, first, count, end = self.mel.take(samples, group=factor)  # a frame's columns together: one steady shape
         sub, encoder = self.encoder.subsampling, self.encoder
-        if count != encoder.encoder.cfg.subsampling_factor or encoder.state is None or any(c is None for c in sub.carries):
+        if count != factor or encoder.state is None or any(c is None for c in sub.carries):
             return self._frames(encoder.push(self.mel.columns(raw, first, count, end)))
         projected, encoded, *state = self.perception.stream_frame()(
             mx.array(raw), mx.array(first), mx.array(end), mx.array(encoder.frames), mx.array([encoder.frames + 1]),
