@@ -207,8 +207,9 @@ def key_blocks(x: mx.array, ctx: AttentionContext) -> mx.array:
     left, right = ctx.left - ctx.history, ctx.blocks * ctx.block - t + ctx.right
     if left or right:
         x = mx.pad(x, [(0, 0), (left, right), (0, 0), (0, 0)])
-    if ctx.blocks > 1:  # one block reaches every key: no gather
-        x = x[:, mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]]
+    if ctx.blocks == 1:  # one block reaches every key: no gather, and a view (of a stream's cache: no copy)
+        return x.swapaxes(1, 2)
+    x = x[:, mx.arange(ctx.blocks)[:, None] * ctx.block + mx.arange(ctx.span)[None, :]]
     return x.reshape(b, ctx.blocks, ctx.span, h, dk).transpose(0, 1, 3, 2, 4).reshape(b * ctx.blocks, h, ctx.span, dk)
 
 
@@ -287,11 +288,12 @@ class RelPositionMultiHeadAttention(nn.Module):
         q, k, v = (self.split_heads(y) for y in self._fused.project(x, [self.linear_q, self.linear_k, self.linear_v]))
         if cache is None:
             p = self.position_keys(ctx.pos_emb)
-        else:
-            keep = cache.keys.shape[1]
-            k, v = mx.concatenate([cache.keys, k], axis=1), mx.concatenate([cache.values, v], axis=1)
-            cache.keys, cache.values = k[:, k.shape[1] - keep:], v[:, v.shape[1] - keep:]
-            p = cache.positions
+        else:  # the cache is [B, H, left, dk], the layout of the attention's key block: its keys are not copied again
+            keep = cache.keys.shape[2]
+            k = mx.concatenate([cache.keys, k.swapaxes(1, 2)], axis=2)
+            v = mx.concatenate([cache.values, v.swapaxes(1, 2)], axis=2)
+            cache.keys, cache.values = k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:]
+            k, v, p = k.swapaxes(1, 2), v.swapaxes(1, 2), cache.positions
         return self.linear_out(relative_attention(q + self.pos_bias_u, q + self.pos_bias_v, k, v, p, ctx))
 
 
@@ -422,7 +424,7 @@ class ConformerEncoder(nn.Module):
         """A new stream's caches, per layer [keys, values, conv inputs]: all zeros (masked, as NeMo's left padding)."""
         cfg = self.cfg
         heads = cfg.n_heads
-        kv = mx.zeros((1, self.stream_reach(), heads, cfg.d_model // heads), dtype)
+        kv = mx.zeros((1, heads, self.stream_reach(), cfg.d_model // heads), dtype)
         conv = mx.zeros((1, cfg.conv_kernel_size - 1, cfg.d_model), dtype)
         return [a for _ in self.layers for a in (kv, kv, conv)]
 
@@ -566,8 +568,8 @@ class SubsamplingStream:
 
 @dataclass
 class LayerCache:
-    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames (zeros before the
-    first frame, masked), the last kernel - 1 inputs of the depthwise conv (zeros at first), and the layer's
+    """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames [1, H, left, dk]
+    (zeros before the first frame, masked), the last kernel - 1 inputs of the depthwise conv (zeros at first), and the layer's
     position keys for the stream's reach."""
 
     keys: mx.array
