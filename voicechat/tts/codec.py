@@ -239,6 +239,14 @@ class ProbabilisticRVQ(nn.Module):
     def __init__(self, cfg: CodecConfig):
         super().__init__()
         self.mus_list = [mx.zeros((cfg.codebook_size, cfg.latent_size)) for _ in range(cfg.num_quantizers)]
+        self._stacked = compute.Derived()
+
+    def stacked(self) -> mx.array:
+        """The codebooks one after the other [Q K, latent], made at load: a frame's Q lookups are one gather."""
+        return self._stacked.of(self.mus_list[0], lambda _: mx.concatenate(self.mus_list))
+
+    def prepare(self) -> list[mx.array]:
+        return [self.stacked()]
 
     def encode(self, z: mx.array) -> mx.array:
         """[B, T, latent] -> codes [B, T, Q] int32"""
@@ -254,9 +262,11 @@ class ProbabilisticRVQ(nn.Module):
 
     def decode(self, codes: mx.array) -> mx.array:
         """codes [B, T, Q] -> sum of the chosen means [B, T, latent], summed in codebook order as NeMo does."""
-        z = self.mus_list[0][compute.entry(codes, 0, axis=-1)]
+        size = self.mus_list[0].shape[0]
+        picked = self.stacked()[codes + size * mx.arange(len(self.mus_list))]  # [B, T, Q, latent]
+        z = compute.entry(picked, 0, axis=-2)
         for q in range(1, len(self.mus_list)):
-            z = z + self.mus_list[q][compute.entry(codes, q, axis=-1)]
+            z = z + compute.entry(picked, q, axis=-2)
         return z
 
 
