@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -140,6 +140,12 @@ class Step:
         first = self.heard[2]
         return ([self.ids] + [a for a in (self.codes, self.piece) if a is not None] + list(first or ())
                 + self.state)
+
+    def queued(self) -> "Step":
+        """This step once its evaluation is queued: what the host reads, without the state. A reference to a
+        cache buffer kept until the next position is evaluated stops that position from updating the buffer in
+        place: MLX then copies the whole buffer (every key/value cache, every position of the offline loop)."""
+        return replace(self, state=[])
 
 
 class Clock:
@@ -411,7 +417,7 @@ class Session:
         for audio, encoded, valid in inputs:
             step = self._step(self.position, audio, encoded, valid)
             mx.async_eval(step.arrays)
-            running.append(step)
+            running.append(step.queued())
             self.position += 1
             if len(running) > lookahead:
                 frames.append(self._finish(running.popleft()))
