@@ -144,7 +144,8 @@ class Step:
     def queued(self) -> "Step":
         """This step once its evaluation is queued: what the host reads, without the state. A reference to a
         cache buffer kept until the next position is evaluated stops that position from updating the buffer in
-        place: MLX then copies the whole buffer (every key/value cache, every position of the offline loop)."""
+        place: MLX then copies the whole buffer (every key/value cache, every position of the offline loop;
+        docs/streaming.md §5)."""
         return replace(self, state=[])
 
 
