@@ -241,12 +241,15 @@ class ProbabilisticRVQ(nn.Module):
         self.mus_list = [mx.zeros((cfg.codebook_size, cfg.latent_size)) for _ in range(cfg.num_quantizers)]
         self._stacked = compute.Derived()
 
-    def stacked(self) -> mx.array:
-        """The codebooks one after the other [Q K, latent], made at load: a frame's Q lookups are one gather."""
-        return self._stacked.of(self.mus_list[0], lambda _: mx.concatenate(self.mus_list))
+    def stacked(self) -> tuple[mx.array, mx.array]:
+        """The codebooks one after the other [Q K, latent] and where each starts [Q], made at load: a frame's Q
+        lookups are one gather."""
+        size = self.mus_list[0].shape[0]
+        return self._stacked.of(self.mus_list[0], lambda _: (mx.concatenate(self.mus_list),
+                                                             size * mx.arange(len(self.mus_list), dtype=mx.int32)))
 
     def prepare(self) -> list[mx.array]:
-        return [self.stacked()]
+        return list(self.stacked())
 
     def encode(self, z: mx.array) -> mx.array:
         """[B, T, latent] -> codes [B, T, Q] int32"""
@@ -262,8 +265,8 @@ class ProbabilisticRVQ(nn.Module):
 
     def decode(self, codes: mx.array) -> mx.array:
         """codes [B, T, Q] -> sum of the chosen means [B, T, latent], summed in codebook order as NeMo does."""
-        size = self.mus_list[0].shape[0]
-        picked = self.stacked()[codes + size * mx.arange(len(self.mus_list))]  # [B, T, Q, latent]
+        table, starts = self.stacked()
+        picked = table[codes + starts]  # [B, T, Q, latent]
         z = compute.entry(picked, 0, axis=-2)
         for q in range(1, len(self.mus_list)):
             z = z + compute.entry(picked, q, axis=-2)
