@@ -54,3 +54,29 @@ def test_cuda_kernel_batching_is_set_on_cuda_only_and_a_users_value_wins():
     cuda, value = python(show, MLX_MAX_OPS_PER_BUFFER=None).stdout.split()
     assert value == ("100" if cuda == "True" else "None")
     assert python(show, MLX_MAX_OPS_PER_BUFFER="7").stdout.split()[1] == "7"
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS runs one thread on one core: no worker to wait")
+def test_idle_blas_workers_sleep_at_once_unless_the_user_chose_how_long_they_spin():
+    """After a threaded float32 product, OpenBLAS's worker spins before it sleeps: 2**28 cycles by default (0.1 s of a
+    core on this machine, measured as the process's CPU time while its main thread sleeps), taken from the MLX stream
+    thread, the web server and a browser during a live frame. The preload makes it sleep at once; a user's
+    OPENBLAS_THREAD_TIMEOUT still wins (28: OpenBLAS's own default)."""
+    spin = ("import resource, time, voicechat, mlx.core as mx\n"
+            "def cpu():\n"
+            "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+            "    return usage.ru_utime + usage.ru_stime\n"
+            "a = mx.random.normal((1024, 1024))\n"
+            "mx.eval(a)\n"
+            "mx.eval(a @ a)\n"
+            "before = cpu()\n"
+            "time.sleep(0.5)\n"
+            "print(cpu() - before)")
+
+    def idle_cpu_seconds(**env) -> float:
+        out = python(spin, OPENBLAS_NUM_THREADS=None, **env)
+        assert out.returncode == 0, out.stderr
+        return float(out.stdout)
+
+    assert idle_cpu_seconds(OPENBLAS_THREAD_TIMEOUT=None) < 0.02
+    assert idle_cpu_seconds(OPENBLAS_THREAD_TIMEOUT="28") > 0.05

@@ -21,6 +21,13 @@ _BLAS_CANDIDATES = (
 )
 
 
+# OpenBLAS's idle worker threads spin for 2**28 cycles (about 0.1 s) after each threaded call before they sleep; a
+# frame makes many small calls, so on a 2-core machine they keep a core busy that MLX's stream thread, the web server
+# and a browser need. 2**4 (the least OpenBLAS takes) puts them to sleep at once (docs/platform.md §1: the demo
+# model's session frame p95 beside a busy process 53-56 against 95-111 ms, the medium frame no slower).
+BLAS_THREAD_TIMEOUT = 4
+
+
 def preload_blas() -> str | None:
     """Load an optimized BLAS with global symbols so mlx's cblas_sgemm resolves to it. Returns its path.
 
@@ -36,6 +43,7 @@ def preload_blas() -> str | None:
         return None
     for path in ([wanted] if wanted else _BLAS_CANDIDATES):
         if path and os.path.exists(path):
+            os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(BLAS_THREAD_TIMEOUT))  # read when the library loads
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             return path
     return None
