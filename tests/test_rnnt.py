@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten
 
 from voicechat.checkpoint import load_into, read_weights
 from voicechat.config import parse_rnnt
-from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint, transcript_text
+from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint, Transcript, transcript_text
 
 FIXTURE = NEMO / "rnnt"
 REFERENCE = np.load(FIXTURE / "reference.npz")
@@ -92,3 +92,17 @@ def test_transcript_text(pieces, expected):
     are kept (BR _rnnt_hypotheses_to_src_text)."""
     vocabulary = sorted(set(pieces))
     assert transcript_text([vocabulary.index(p) for p in pieces], vocabulary) == expected
+
+
+def test_the_growing_transcript_is_the_whole_ids_text_after_every_id():
+    """A session's transcript is kept as its ids arrive (Transcript, in time proportional to the new ids): after each
+    id it equals transcript_text of all the ids so far, on random ids over pieces that exercise every rule (spaces and
+    '▁' alone, at either end and doubled, punctuation after whitespace, other whitespace, empty pieces)."""
+    vocabulary = ["▁the", "cat", "▁", "▁▁", " ", "\t", "\n▁", ".", ",", "?", "!", "▁.", " ,", "a▁", "b ", "", "'s",
+                  "▁?", "x\t", "<fr-FR>", "é"]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        ids, transcript = [], Transcript(vocabulary)
+        for _ in range(int(rng.integers(1, 40))):
+            ids.extend(rng.integers(0, len(vocabulary), int(rng.integers(1, 4))).tolist())  # a frame emits 1-3 ids
+            assert transcript.text(ids) == transcript_text(ids, vocabulary), [vocabulary[i] for i in ids]

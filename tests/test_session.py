@@ -18,6 +18,7 @@ import voicechat
 from voicechat import AudioInputError, GenerationConfig, TimelineFull
 from voicechat import session as session_module
 from voicechat.session import Session, TextStream
+from voicechat.tokenizer import TextTokenizer
 
 PROMPT = "You are a helpful assistant."
 TTS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}
@@ -216,6 +217,31 @@ def test_text_stream_waits_for_a_whole_character():
         pytest.skip("this tokenizer encodes é as one token")
     stream = TextStream(tok, skip=set())
     assert [stream.add(i) for i in ids] == [""] * (len(ids) - 1) + ["é"]
+
+
+@pytest.mark.parametrize("clean_up_spaces", [False, True])
+def test_text_stream_gives_what_the_whole_ids_decode_to_add(clean_up_spaces):
+    """Each id's text is what decoding all the ids so far adds to the previous such text (all of it again when an id
+    changed earlier text), though only the last ids are decoded: random ids of the checkpoint's byte-level tokenizer
+    (characters split over ids, special ids that decode to nothing), long enough to move the anchor many times; with
+    transformers' space clean-up too, whose replacements change text before a new id (' .' -> '.')."""
+    tok = TextTokenizer(model("tiny_model").tokenizer.path)
+    tok.clean_up_spaces = clean_up_spaces
+    rng = np.random.default_rng(1)
+    nothing = [tok.token_to_id("<s>")] * 12  # decode to nothing (special), between what the clean-up joins
+    pieces = [tok.encode(" ."), tok.encode(" ,"), tok.encode(" 's"), tok.encode("é"), tok.encode(" the cat"),
+              tok.encode(" '") + nothing + tok.encode("s")]
+    for _ in range(20):
+        stream, ids, shown, anchors = TextStream(tok, skip=set()), [], "", set()
+        for _ in range(400):  # a random id, or a piece that the clean-up or UTF-8 acts on
+            new = [int(rng.integers(tok.vocab_size))] if rng.random() < 0.7 else pieces[int(rng.integers(len(pieces)))]
+            for i in new:
+                ids.append(i)
+                whole = tok.decode(ids).rstrip("\ufffd")
+                assert stream.add(i) == (whole[len(shown):] if whole.startswith(shown) else whole)
+                shown = whole
+                anchors.add(stream.anchor)
+        assert len(anchors) > 5 and stream.text == shown  # the anchor moved: only the last ids were decoded
 
 
 def test_the_readme_streaming_example_runs(tmp_path):

@@ -32,7 +32,7 @@ from .errors import AudioInputError, ConfigError, TimelineFull
 from .result import Result
 from .stt import lm
 from .stt.perception import PerceptionStream, timeline_frames
-from .stt.rnnt import RNNTGreedy, transcript_text
+from .stt.rnnt import RNNTGreedy, Transcript
 from .tokenizer import channel_text
 from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
 from .tts.eartts import warmup_inputs
@@ -106,22 +106,54 @@ class Frame:
 
 
 class TextStream:
-    """A channel's text, decoded incrementally: each call gives the characters its new ids add; an unfinished UTF-8
-    sequence (decoded as U+FFFD) waits for the id that completes it."""
+    """A channel's text, decoded incrementally: each call gives the characters its new ids add (the text of all the
+    ids so far, less what was given before; all of it again if a new id changed earlier text); an unfinished UTF-8
+    sequence (decoded as U+FFFD) waits for the id that completes it.
+
+    Only the last ids are decoded, from an anchor a few ids back (decoding every id of a long conversation at each
+    new id would grow with it): what the anchor's ids decode to is ``head``, the rest ``window``. Text added by a new
+    id is found within the window, so whatever the decoder does at the window's start (a leading space dropped, a
+    character cut at a byte) is the same in both decodes; if a new id changes the window's earlier text, the whole
+    ids are decoded again, as without an anchor."""
+
+    WINDOW_IDS = 64  # ids decoded at most (about one sentence) ...
+    KEEP_IDS = 8  # ... then the anchor moves to this many ids before the last, ...
+    KEEP_CHARS = 8  # ... once they decode to this many characters: more than a clean-up replacement reaches back
+    #                 (voicechat/tokenizer.py: " n't", 4), whatever ids that decode to nothing stand between
 
     def __init__(self, tokenizer, skip: set[int]):
         self.tokenizer, self.skip = tokenizer, skip
         self.ids: list[int] = []
-        self.text = ""
+        self.anchor = 0
+        self.head = self.window = ""
+
+    @property
+    def text(self) -> str:
+        return self.head + self.window
+
+    def decoded(self, start: int) -> str:
+        return self.tokenizer.decode(self.ids[start:]).rstrip("\ufffd")
 
     def add(self, token_id: int) -> str:
         if token_id in self.skip:
             return ""
         self.ids.append(token_id)
-        text = self.tokenizer.decode(self.ids).rstrip("\ufffd")
-        new = text[len(self.text):] if text.startswith(self.text) else text
-        self.text = text
+        shown, window = self.text, self.decoded(self.anchor)
+        if not window.startswith(self.window) and self.anchor:
+            self.anchor, self.head, self.window = 0, "", shown
+            window = self.decoded(0)
+        new = window[len(self.window):] if window.startswith(self.window) else window
+        self.window = window
+        if len(self.ids) - self.anchor > self.WINDOW_IDS:
+            self.move_anchor(len(self.ids) - self.KEEP_IDS)
         return new
+
+    def move_anchor(self, anchor: int) -> None:
+        """Decode from ``anchor`` on, once its ids' text is long enough and the end of the text so far."""
+        tail = self.decoded(anchor)
+        text = self.text
+        if len(tail) >= self.KEEP_CHARS and text.endswith(tail):
+            self.anchor, self.head, self.window = anchor, text[:len(text) - len(tail)], tail
 
 
 @dataclass
@@ -237,6 +269,7 @@ class Session:
         self.lm_state = lm.LMState(self.stt, c)
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
+        self.transcript_builder = Transcript(c.audio.rnnt.vocabulary) if c.audio.rnnt else None
         self.codec = self.tts.audio_codec.stream()
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
@@ -561,7 +594,7 @@ class Session:
         """The user's words so far (NVIDIA's RNNT transcript string, docs/model.md §1.2 J)."""
         if self.rnnt is None:
             return ""
-        return transcript_text(self.rnnt_state.tokens, self.cfg.audio.rnnt.vocabulary)
+        return self.transcript_builder.text(self.rnnt_state.tokens)
 
     def result(self) -> Result:
         """The whole conversation so far as a :class:`Result` (the prompt's positions as ``GenerationConfig``'s mode

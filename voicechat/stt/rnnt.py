@@ -171,6 +171,42 @@ def transcript_text(ids: Sequence[int], vocabulary: Sequence[str]) -> str:
     """NVIDIA's transcript string (BR ``_rnnt_hypotheses_to_src_text``, docs/model.md §1.2 J): the pieces joined (NeMo's
     ``RNNTDecoding`` with a vocabulary), stripped, '▁' -> space, runs of spaces collapsed, stripped, whitespace
     before '.', ',' and '?' removed."""
-    text = "".join(vocabulary[i] for i in ids).strip()
-    text = re.sub(r" +", " ", text.replace("▁", " ")).strip()
-    return re.sub(r"(\s+)([.,?])", r"\2", text)
+    return normalized("".join(vocabulary[i] for i in ids), start=True)
+
+
+def normalized(pieces: str, start: bool) -> str:
+    """:func:`transcript_text`'s normalisation of joined pieces; ``start``: they begin the transcript (stripped on both
+    sides), else they follow a settled text (:class:`Transcript`) and only their end is stripped."""
+    strip = str.strip if start else str.rstrip
+    text = re.sub(r" +", " ", strip(pieces).replace("▁", " "))
+    return re.sub(r"(\s+)([.,?])", r"\2", strip(text))
+
+
+def visible(char: str) -> bool:
+    return not char.isspace() and char != "▁"
+
+
+class Transcript:
+    """:func:`transcript_text` of an id list that only grows, in time proportional to the ids since the last visible
+    character, not to the whole conversation. Every rule of the normalisation acts within a run of whitespace (and
+    '▁'), which cannot reach back past a visible character: so the text of the ids up to one whose piece ends in a
+    visible character is settled, and later ids only append the normalised text of their own pieces."""
+
+    def __init__(self, vocabulary: Sequence[str]):
+        self.vocabulary = vocabulary
+        self.settled_ids = 0  # ids[:settled_ids] end in a visible character ...
+        self.settled = ""  # ... and give this text
+
+    def text(self, ids: Sequence[int]) -> str:
+        pieces = [self.vocabulary[i] for i in ids[self.settled_ids:]]
+        joined = "".join(pieces)
+        start = self.settled_ids == 0
+        ends = [len(joined)]
+        for piece in reversed(pieces):  # where each piece ends in ``joined``, last first
+            ends.append(ends[-1] - len(piece))
+        for count, end in zip(range(len(pieces), 0, -1), ends):
+            if end and visible(joined[end - 1]):
+                self.settled += normalized(joined[:end], start)
+                self.settled_ids += count
+                return self.settled + normalized(joined[end:], start=False)
+        return self.settled + normalized(joined, start)
