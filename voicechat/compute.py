@@ -24,7 +24,7 @@ _BLAS_CANDIDATES = (
 # OpenBLAS's idle worker threads spin for 2**28 cycles (about 0.1 s) after each threaded call before they sleep; a
 # frame makes many small calls, so on a 2-core machine they keep a core busy that MLX's stream thread, the web server
 # and a browser need. 2**4 (the least OpenBLAS takes) puts them to sleep at once (docs/platform.md §1: the demo
-# model's session frame p95 beside a busy process 53-56 against 95-111 ms, the medium frame no slower).
+# model's session frame p95 beside a busy process 53-62 against 95-111 ms, the medium frame no slower).
 BLAS_THREAD_TIMEOUT = 4
 
 
