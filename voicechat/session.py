@@ -138,9 +138,9 @@ class TextStream:
         if token_id in self.skip:
             return ""
         self.ids.append(token_id)
-        shown, window = self.text, self.decoded(self.anchor)
+        window = self.decoded(self.anchor)
         if not window.startswith(self.window) and self.anchor:
-            self.anchor, self.head, self.window = 0, "", shown
+            self.anchor, self.head, self.window = 0, "", self.text
             window = self.decoded(0)
         new = window[len(self.window):] if window.startswith(self.window) else window
         self.window = window
