@@ -29,3 +29,28 @@ def test_capacity_times_each_capacity_warm_up_prepares():
     rows = capacity.run(str(NEMO / "tiny_model_aria"), steps=2)
     assert [r["capacity"] for r in rows] == capacities(WARM_POSITIONS)
     assert all(r[part]["n"] == 2 for r in rows for part in ("tts_backbone", "llm_decode"))
+
+
+def test_cold_start_reports_each_part_of_a_start(monkeypatch):
+    """With compilation on (as on a GPU) the warm-up runs at load; the report has each of its parts, the session's
+    setup and every feed of the first answer, and the total is their sum."""
+    from voicechat.benchmarks import cold_start
+
+    monkeypatch.setenv("VOICECHAT_COMPILE", "1")
+    r = cold_start.run(str(NEMO / "tiny_model_aria"), frames=6)
+    assert list(r["warm_up_s"]) == ["session frames", "prompt prefills", "LLM steps per cache size",
+                                    "TTS backbone steps per cache size"]
+    assert all(s > 0 for s in r["warm_up_s"].values())
+    assert r["first_answer"]["frames"] == 6
+    assert r["first_answer"]["p50_ms"] <= r["first_answer"]["max_ms"] <= 1e3 * r["first_answer"]["total_s"]
+
+
+def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkeypatch, tmp_path):
+    from voicechat.benchmarks import cold_start
+
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "ptx"))
+    assert cold_start.cached_kernels() == 0
+    (tmp_path / "ptx" / "sub").mkdir(parents=True)
+    for name in ("a.ptx", "sub/b.ptx", "sub/c.cubin"):
+        (tmp_path / "ptx" / name).write_bytes(b"x")
+    assert cold_start.cached_kernels() == 3

@@ -27,6 +27,7 @@ from .errors import AudioInputError, ConfigError
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .session import Frame, Session
+from .stt import lm
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
 from .tools import Tool, system_prompt as tool_prompt
@@ -34,6 +35,12 @@ from .tts.eartts import prompt_samples, warmup_waveform
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
+# System prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per prompt length: a 4-bit
+# product of 8 or more rows runs a kernel compiled for its row tile of 16, 32 or 64 (MLX 0.32.1's qmm_sm80.cu,
+# make_cta_tiler), fewer rows a prebuilt one. On a fresh H200 a first session with an 8-position prompt set up in 56 s,
+# then one with 34 positions in 65 s, none after; with the 64-position prefill here the 34-position session set up in
+# 0.5 s, and that prefill took 0.3 s with its kernel cached (docs/bench/h200-2026-12-01-run8-cold-start/).
+WARM_PROMPT_POSITIONS = (16, 32, 64)
 WARM_FRAMES = 4  # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 
 Progress = Callable[[int, int, FrameUpdate], None]
@@ -156,18 +163,26 @@ class Model:
                 session.flush()
         return dataclasses.replace(session.result(), input_frames=heard - session.prompt_frames)
 
-    def warm_up(self, positions: int = WARM_POSITIONS) -> float:
+    def warm_up(self, positions: int = WARM_POSITIONS) -> dict[str, float]:
         """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
         tracing and the GPU's kernel compilation happen now rather than in the first answer or at a cache's growth
-        (GPU only: on a CPU nothing is compiled). Returns the seconds it took."""
-        t0 = time.perf_counter()
+        (GPU only: on a CPU nothing is compiled). Returns the seconds each part took."""
+        seconds, t0 = {}, time.perf_counter()
         session = Session(self, "warm up")
         frame = np.zeros(self.config.samples_per_input_frame, np.float32)
         for _ in range(WARM_FRAMES):  # 80 ms at a time, as a live session is fed: its steady frame is traced too
             session.feed(frame, self.config.input_sample_rate)
+        seconds["session frames"], t0 = time.perf_counter() - t0, time.perf_counter()
+        for length in WARM_PROMPT_POSITIONS:
+            state = lm.LMState(self.net.stt_model, self.config)
+            prompt = mx.full((1, length), self.config.pad_id)
+            mx.eval(lm.prefill(self.net.stt_model, self.config, state, prompt), state.arrays)
+        seconds["prompt prefills"], t0 = time.perf_counter() - t0, time.perf_counter()
         self.net.stt_model.llm.warm_up(capacities(positions))
+        seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
         self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
-        return time.perf_counter() - t0
+        seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0
+        return seconds
 
     def prompt_length(self, system_prompt: str) -> int:
         """Timeline positions of a system prompt: [bos] + its tokens + [eos] (docs/model.md §1.2 C), none without one."""
