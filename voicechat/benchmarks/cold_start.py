@@ -72,6 +72,7 @@ def print_report(r: dict) -> None:
     for name, seconds, note in rows:
         print(f"{name:44s} {seconds:8.2f} s{note}")
 
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
