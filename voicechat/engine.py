@@ -42,6 +42,7 @@ from .config import GenerationConfig
 from .errors import Cancelled, ToolError, VoiceChatError
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
+from .voices import preview
 
 # Event kinds. The last three end a job.
 QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED = "queued", "started", "progress", "done", "error", "cancelled"
@@ -72,6 +73,8 @@ class Request:
     seed: int = 0
     config: Any = None  # voicechat.config.GenerationConfig (None = the model's defaults)
     tools: tuple = ()  # voicechat.tools.Tool objects the model may call (Result.tool_calls has the calls)
+    speaker: Any = None  # the voice: a voicechat.voices.Voice, a speaker name or a WAV path (None: the checkpoint's)
+    say: Optional[str] = None  # a voice preview instead (voicechat.voices.preview): the TTS says this; no audio
 
 
 @dataclass(frozen=True)
@@ -214,7 +217,7 @@ READY, FRAMES, CLOSED = "ready", "frames", "closed"
 class LiveRequest:
     system_prompt: str = ""
     seed: int = 0
-    speaker: Any = None  # None (the checkpoint's voice), a speaker name or a WAV path
+    speaker: Any = None  # None (the checkpoint's voice), a voicechat.voices.Voice, a speaker name or a WAV path
     config: Any = None  # voicechat.config.GenerationConfig (None = the model's defaults)
     tools: tuple = ()  # voicechat.tools.Tool objects the model may call (Frame.events report the calls)
 
@@ -519,8 +522,11 @@ class Engine:
         if request.tools:
             kwargs["tools"] = request.tools
         try:
-            result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
-                                         seed=request.seed, progress=progress, **kwargs)
+            if request.say is not None:
+                result = preview(self.model, request.speaker, request.say, request.seed, progress)
+            else:
+                result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
+                                             seed=request.seed, speaker=request.speaker, progress=progress, **kwargs)
             answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
             with self._lock:
                 self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)

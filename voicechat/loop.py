@@ -32,6 +32,7 @@ from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
 from .tools import Tool, system_prompt as tool_prompt
 from .tts.eartts import prompt_samples, warmup_waveform
+from .voices import Voice, checkpoint_voices
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
@@ -61,10 +62,22 @@ class Model:
     def speakers(self) -> list[str]:
         return list(self.net.tts_model.audio_prompt_latents)
 
+    def voice_name(self, speaker) -> str:
+        """The name a conversation's record gives ``speaker`` (``speaker`` as :meth:`generate` takes it)."""
+        if isinstance(speaker, Voice):
+            return speaker.name
+        if speaker is None:
+            return checkpoint_voices(self)[0]
+        if isinstance(speaker, tuple):
+            return "(samples)"
+        return speaker if isinstance(speaker, str) and speaker in self.speakers() else Path(speaker).name
+
     def _speaker(self, speaker) -> tuple[Optional[mx.array], Optional[np.ndarray]]:
         """(cached latent or None, speaker waveform at the codec rate or None). None = the checkpoint's
         default: its ``inference_speaker_name`` latent, else the WAV its config names, else its only latent."""
         latents = self.net.tts_model.audio_prompt_latents
+        if isinstance(speaker, Voice):  # a voice of the library (voicechat/voices.py)
+            speaker = speaker.speaker
         if speaker is None:
             if self.config.speaker_name:
                 speaker = self.config.speaker_name

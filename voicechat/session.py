@@ -231,6 +231,7 @@ class Session:
         self.model, self.cfg = model, model.config
         self.gen = config or GenerationConfig()
         self.seed, self.system_prompt, self.tools = seed, system_prompt, tuple(tools)
+        self.voice = model.voice_name(speaker)  # for the record (Result.settings)
         self.clock = Clock(profile)
         self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
         self._build_state(noise)
@@ -623,7 +624,7 @@ class Session:
             audio_codes=codes[first:done].copy(), first_frame=first, prompt_frames=p, input_frames=heard,
             frame_seconds=c.frame_length, timings=self.clock_seconds(),
             stage_calls={k: list(v) for k, v in self.clock.calls.items()},
-            settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt,
+            settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt, "voice": self.voice,
                       "tools": [t.declaration() for t in self.tools], "tts_used": asdict(self.settings)},
             tool_calls=tuple(self.tool_calls),
         )

@@ -1,0 +1,164 @@
+"""The voice library (voicechat/voices.py, docs/voices.md): a voice added from a recording speaks as the recording
+given as ``speaker`` does (and as NVIDIA's NeMo does with that WAV), bad recordings are refused in one line, names
+are managed as the file system needs, previews say the fixed sentence."""
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import HARNESS_TTS, HARNESS_WAV, NEMO
+import voicechat
+from voicechat import AudioInputError, GenerationConfig
+from voicechat.voices import (DEFAULT, KEEP_SILENCE_SECONDS, PREVIEW_FRAMES_PER_TOKEN, Voice, VoiceError,
+                              VoiceLibrary, audio_prompt, checkpoint_voices, preview, preview_script)
+
+SPEAKER_WAV = NEMO / "speaker_22k.wav"
+PROMPT = "You are a helpful assistant."
+GREEDY_TTS = {f"tts_{k}": v for k, v in HARNESS_TTS["greedy"].items()}
+GREEDY = GenerationConfig(**GREEDY_TTS)
+
+
+@lru_cache(maxsize=None)
+def model(name: str):
+    return voicechat.load(NEMO / name)
+
+
+def library(tmp_path, m) -> VoiceLibrary:
+    return VoiceLibrary(tmp_path / "voices", checkpoint_voices(m))
+
+
+def speech(seconds: float, rate: int = 22050, level: float = 0.3, seed: int = 0) -> np.ndarray:
+    """A voiced sound: a buzz at 150 Hz (more with ``seed``) with harmonics, amplitude-modulated like syllables."""
+    t = np.arange(round(seconds * rate)) / rate
+    buzz = sum(np.sin(2 * np.pi * (150 + 20 * seed) * k * t) / k for k in range(1, 6))
+    syllables = 0.6 + 0.4 * np.sin(2 * np.pi * 4 * t)
+    return (level * buzz * syllables / 2.3).astype(np.float32)
+
+
+def test_a_voice_from_the_speaker_wav_gives_nemos_answer(tmp_path):
+    """tiny_model's NeMo oracle was made with speaker_22k.wav as the speaker: the library's voice of that WAV gives
+    NeMo's ids and codes at every position."""
+    m = model("tiny_model")
+    voice = library(tmp_path, m).add("Fixture", SPEAKER_WAV, config=m.config)
+    ref = dict(np.load(NEMO / "greedy" / "reference.npz"))
+    r = m._generate(HARNESS_WAV, system_prompt=PROMPT, speaker=voice,
+                    config=GenerationConfig(reference=True, **GREEDY_TTS))
+    assert np.array_equal(r.text_tokens, ref["stt.gen_text_full"][0])
+    assert np.array_equal(r.audio_codes, ref["out.gen_audio_codes"][0])
+
+
+def test_a_voice_added_from_a_wav_speaks_as_the_wav(tmp_path):
+    m = model("tiny_model_aria")
+    lib = library(tmp_path, m)
+    added = lib.add("Fixture", SPEAKER_WAV, config=m.config)
+    again = VoiceLibrary(lib.folder, lib.speakers).get("Fixture")  # read back from the folder, as after a restart
+    assert np.array_equal(again.prompt, added.prompt) and again.sample_rate == 22050
+    wav, rate = sf.read(SPEAKER_WAV, dtype="float32")
+    assert np.array_equal(again.prompt, wav[:37 * 1764])  # no long silence to cut; the 3 s the TTS reads
+    by_wav = m.generate(HARNESS_WAV, system_prompt=PROMPT, speaker=str(SPEAKER_WAV), config=GREEDY)
+    by_voice = m.generate(HARNESS_WAV, system_prompt=PROMPT, speaker=again, config=GREEDY)
+    assert np.array_equal(by_voice.text_tokens, by_wav.text_tokens)
+    assert np.array_equal(by_voice.audio_codes, by_wav.audio_codes)
+    aria = m.generate(HARNESS_WAV, system_prompt=PROMPT, config=GREEDY)
+    assert not np.array_equal(aria.audio_codes, by_voice.audio_codes)  # the voice is heard
+    assert (by_voice.settings["voice"], aria.settings["voice"], by_wav.settings["voice"]) == \
+        ("Fixture", "Aria", "speaker_22k.wav")
+
+
+def test_seeded_runs_with_a_voice_repeat_and_its_prompt_is_encoded_once(tmp_path):
+    m = model("tiny_model_aria")
+    voice = library(tmp_path, m).add("Fixture", SPEAKER_WAV, config=m.config)
+    encoded = len(m._warmup_codes)
+    runs = [m.generate(HARNESS_WAV, seed=7, speaker=voice) for _ in range(2)]  # the checkpoint's sampled TTS
+    assert len(m._warmup_codes) <= encoded + 1
+    assert np.array_equal(runs[0].audio_codes, runs[1].audio_codes) and np.array_equal(runs[0].audio, runs[1].audio)
+    other = m.generate(HARNESS_WAV, seed=8, speaker=voice)
+    assert not np.array_equal(other.audio_codes, runs[0].audio_codes)
+
+
+def test_long_silences_at_the_ends_are_cut(tmp_path):
+    rate = 22050
+    sound = speech(2.5)
+    x = np.concatenate([np.zeros(rate), sound, np.zeros(2 * rate)]).astype(np.float32)
+    prompt = audio_prompt(x, rate, model("tiny_model_aria").config)
+    keep = round(KEEP_SILENCE_SECONDS * rate)
+    assert np.array_equal(prompt, x[rate - keep:rate + len(sound) + keep])  # 0.2 s kept each side, under 3 s
+
+
+def test_a_recording_at_another_rate_is_resampled(tmp_path):
+    m = model("tiny_model_aria")
+    sf.write(tmp_path / "me.flac", speech(4.0, 48000), 48000)
+    voice = library(tmp_path, m).add("Me", tmp_path / "me.flac", config=m.config)
+    assert voice.sample_rate == 22050 and len(voice.prompt) == 37 * 1764 and voice.source == "me.flac"
+
+
+@pytest.mark.parametrize("samples, rate, message", [
+    (np.zeros(22050 * 4, np.float32), 22050, "the recording is silent"),
+    (np.full(22050 * 4, 1e-4, np.float32), 22050, "the recording is silent"),
+    (np.concatenate([np.zeros(22050), speech(1.2), np.zeros(22050)]), 22050,
+     "holds 1.6 s of sound; a voice needs at least 2 s"),  # 1.2 s, and the 0.2 s kept on each side
+    (np.clip(speech(4.0, level=1.5), -1, 1), 22050, "the recording is clipped"),
+    (np.full(100, np.nan, np.float32), 22050, "NaN"),
+    (np.zeros(0, np.float32), 16000, "empty"),
+])
+def test_bad_recordings_are_refused_in_one_line(tmp_path, samples, rate, message):
+    m = model("tiny_model_aria")
+    lib = library(tmp_path, m)
+    with pytest.raises(AudioInputError, match=message) as e:
+        lib.add("Bad", samples, rate, config=m.config)
+    assert "\n" not in str(e.value)
+    assert lib.names() == ["Aria"]  # nothing stored
+
+
+def test_names_list_rename_remove(tmp_path):
+    m = model("tiny_model_aria")
+    lib = library(tmp_path, m)
+    lib.add("Maya", speech(3.0), 22050, config=m.config, source="maya.wav")
+    lib.add("Bo", speech(3.0, seed=1), 22050, config=m.config)
+    assert lib.names() == ["Aria", "Maya", "Bo"]  # the checkpoint's first, then in the order added
+    assert lib.get("Maya").describe().startswith("Maya (added 20") and "maya.wav" in lib.get("Maya").describe()
+    for taken in ("maya", "ARIA", DEFAULT):
+        with pytest.raises(VoiceError, match="already a voice called"):
+            lib.add(taken, speech(3.0), 22050, config=m.config)
+    for bad in ("../etc", "a/b", "", ".hidden", "x" * 33, "/tmp/speaker.wav"):
+        with pytest.raises(VoiceError, match="is not a voice name"):
+            lib.add(bad, speech(3.0), 22050, config=m.config)
+    renamed = lib.rename("Maya", "Maya Two")
+    assert lib.names() == ["Aria", "Maya Two", "Bo"] and renamed.source == "maya.wav"
+    assert np.array_equal(lib.get("Maya Two").prompt, renamed.prompt)
+    with pytest.raises(VoiceError, match="no voice called 'Maya'; the voices are: Aria, Maya Two, Bo"):
+        lib.get("Maya")
+    with pytest.raises(VoiceError, match="the checkpoint's voice"):
+        lib.remove("Aria")
+    lib.remove("Bo")
+    assert lib.names() == ["Aria", "Maya Two"] and not (lib.folder / "Bo").exists()
+    assert lib.get("Aria").speaker == "Aria" and lib.get(DEFAULT).speaker is None
+
+
+def test_checkpoint_voices_put_the_default_first():
+    assert checkpoint_voices(model("tiny_model_aria")) == ["Aria"]
+    assert checkpoint_voices(model("tiny_model")) == [DEFAULT]  # its voice is a reference WAV
+    assert model("tiny_model").voice_name(None) == DEFAULT
+
+
+def test_the_preview_script_spaces_the_sentence():
+    script, positions = preview_script([11, 12], bos_id=1, eos_id=2, pad_id=0)
+    ids = [script(t)[0] for t in range(positions)]
+    every = PREVIEW_FRAMES_PER_TOKEN
+    assert ids[:1 + 4 * every] == [0] + sum(([i] + [0] * (every - 1) for i in (1, 11, 12, 2)), [])
+    assert set(ids[1 + 4 * every:]) == {0}
+
+
+def test_a_preview_says_the_sentence_in_the_voice(tmp_path):
+    m = model("tiny_model_aria")
+    voice = library(tmp_path, m).add("Fixture", SPEAKER_WAV, config=m.config)
+    sentence = "Hello there."
+    heard = preview(m, voice, sentence)
+    script, positions = preview_script(m.tokenizer.encode(sentence), m.config.bos_id, m.config.eos_id, m.config.pad_id)
+    assert heard.text_tokens.tolist() == [script(t)[0] for t in range(len(heard.text_tokens))]
+    assert len(heard.text_tokens) >= positions - 1 and heard.settings["voice"] == "Fixture"
+    assert heard.audio.size > 0
+    aria = preview(m, Voice("Aria"), sentence)
+    assert not np.array_equal(aria.audio_codes, heard.audio_codes)
