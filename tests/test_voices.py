@@ -2,18 +2,23 @@
 given as ``speaker`` does (and as NVIDIA's NeMo does with that WAV), bad recordings are refused in one line, names
 are managed as the file system needs, previews say the fixed sentence."""
 
+import json
+import os
+import subprocess
+import sys
 from functools import lru_cache
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import HARNESS_TTS, HARNESS_WAV, NEMO
+from conftest import HARNESS_TTS, HARNESS_WAV, NEMO, TESTS
 import voicechat
 from voicechat import AudioInputError, GenerationConfig
 from voicechat.voices import (DEFAULT, KEEP_SILENCE_SECONDS, PREVIEW_FRAMES_PER_TOKEN, Voice, VoiceError,
                               VoiceLibrary, audio_prompt, checkpoint_voices, preview, preview_script)
 
+ROOT = TESTS.parent
 SPEAKER_WAV = NEMO / "speaker_22k.wav"
 PROMPT = "You are a helpful assistant."
 GREEDY_TTS = {f"tts_{k}": v for k, v in HARNESS_TTS["greedy"].items()}
@@ -162,3 +167,52 @@ def test_a_preview_says_the_sentence_in_the_voice(tmp_path):
     assert heard.audio.size > 0
     aria = preview(m, Voice("Aria"), sentence)
     assert not np.array_equal(aria.audio_codes, heard.audio_codes)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the command line, run as a user runs it
+# ----------------------------------------------------------------------------------------------------------------
+def cli(*args, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("VOICECHAT_VOICES", None)
+    return subprocess.run([sys.executable, "-m", "voicechat", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_voices_command_lists_adds_renames_removes(tmp_path):
+    aria = ["--model", str(NEMO / "tiny_model_aria")]
+    sf.write(tmp_path / "quiet.wav", np.zeros(22050 * 4, np.float32), 22050)
+    steps = [(["list"], 0, "Aria (the checkpoint's voice)\n", ""),
+             (["add", "Maya", str(SPEAKER_WAV)], 0, "outputs/voices: Maya (added 20", ""),
+             (["add", "Quiet", "quiet.wav"], 2, "", "error: the recording is silent (its loudest 20 ms is at -200 dBFS)"),
+             (["add", "maya", str(SPEAKER_WAV)], 2, "", "error: there is already a voice called Maya"),
+             (["add", "../x", str(SPEAKER_WAV)], 2, "", "error: '../x' is not a voice name"),
+             (["rename", "Maya", "Maya Two"], 0, "renamed Maya to Maya Two\n", ""),
+             (["remove", "Aria"], 2, "", "error: Aria is the checkpoint's voice"),
+             (["list"], 0, "Aria (the checkpoint's voice)\nMaya Two (added 20", ""),
+             (["remove", "Nobody"], 2, "", "error: no voice called 'Nobody'; the voices are: Aria, Maya Two\n")]
+    for args, code, out, err in steps:
+        p = cli("voices", args[0], *aria, *args[1:], cwd=tmp_path)
+        assert (p.returncode, p.stdout[:len(out)], p.stderr[:len(err)]) == (code, out, err), (args, p.stderr)
+        assert len(p.stderr.splitlines()) <= 1  # one line, no traceback
+    assert (tmp_path / "outputs" / "voices" / "Maya Two" / "prompt.wav").is_file()
+    p = cli("voices", "remove", *aria, "Maya Two", cwd=tmp_path)
+    assert p.returncode == 0 and not (tmp_path / "outputs" / "voices" / "Maya Two").exists()
+
+
+def test_generate_with_a_voice_writes_what_the_wav_speaker_writes(tmp_path):
+    aria = ["--model", str(NEMO / "tiny_model_aria")]
+    library = tmp_path / "lib"
+    assert cli("voices", "add", *aria, "--voices", str(library), "Fixture", str(SPEAKER_WAV), cwd=tmp_path).returncode == 0
+    runs = {"voice": ["--voice", "Fixture", "--voices", str(library)], "wav": ["--speaker", str(SPEAKER_WAV)]}
+    for name, args in runs.items():
+        p = cli("generate", *aria, "--audio", str(HARNESS_WAV), "--extra-seconds", "0.4", "--quiet", "--output-audio",
+                f"{name}.wav", "--json", f"{name}.json", *args, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    assert (tmp_path / "voice.wav").read_bytes() == (tmp_path / "wav.wav").read_bytes()
+    records = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in runs}
+    assert records["voice"]["audio_codes"] == records["wav"]["audio_codes"]
+    assert (records["voice"]["voice"], records["wav"]["voice"]) == ("Fixture", "speaker_22k.wav")
+    p = cli("generate", *aria, "--audio", str(HARNESS_WAV), "--voice", "Nobody", "--voices", str(library),
+            cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr == "error: no voice called 'Nobody'; the voices are: Aria, Fixture\n"

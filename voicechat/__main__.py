@@ -1,5 +1,5 @@
-"""Command line: ``voicechat generate | download | bench | serve | live`` (installed with the package; the same as
-``python -m voicechat ...``).
+"""Command line: ``voicechat generate | download | bench | serve | live | voices`` (installed with the package; the
+same as ``python -m voicechat ...``).
 
 Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
 """
@@ -16,6 +16,7 @@ from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .errors import AudioInputError, ToolError, VoiceChatError
+from .voices import VoiceError
 
 
 class UsageError(Exception):
@@ -108,6 +109,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
     check_recording(samples, rate, max_seconds=gen.max_input_seconds)
     tools = chosen_tools(a)
+    speaker = chosen_voice(a) if a.voice else a.speaker
     t0 = time.perf_counter()
     print(f"loading {a.model} ...", file=sys.stderr)
     model = load(a.model, tokenizer=a.tokenizer, offline=a.offline)
@@ -115,7 +117,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     bar = ProgressBar()
     t0 = time.perf_counter()
     try:
-        result = model.generate(samples, rate, system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
+        result = model.generate(samples, rate, system_prompt=a.system_prompt, seed=a.seed, speaker=speaker,
                                 config=gen, progress=None if a.quiet else bar, tools=tools)
     finally:
         if not a.quiet:
@@ -137,6 +139,76 @@ def cmd_generate(a: argparse.Namespace) -> int:
         json_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {json_file}", file=sys.stderr)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# voices (voicechat/voices.py, docs/voices.md)
+# ---------------------------------------------------------------------------------------------------------------
+def checkpoint_config(a: argparse.Namespace):
+    """The checkpoint's config alone (the voice library needs its codec rate, prompt length and default voice): a
+    folder's, or a Hub repo's JSON files (no weights downloaded)."""
+    from .checkpoint import hub_download, load_config
+
+    path = Path(a.model).expanduser()
+    return load_config(path if path.is_dir() else hub_download(a.model, patterns=["*.json"], offline=a.offline))
+
+
+def voice_library(a: argparse.Namespace, config):
+    from .voices import DEFAULT, VoiceLibrary
+
+    return VoiceLibrary(Path(a.voices).expanduser(), [config.speaker_name or DEFAULT])
+
+
+def chosen_voice(a: argparse.Namespace):
+    """``--voice NAME``: the library's voice, found before the model loads."""
+    if a.speaker:
+        raise UsageError("give --voice (a voice of the library) or --speaker (a latent name or a WAV), not both")
+    return voice_library(a, checkpoint_config(a)).get(a.voice)
+
+
+def cmd_voices(a: argparse.Namespace) -> int:
+    config = checkpoint_config(a)
+    library = voice_library(a, config)
+    if a.action == "list":
+        for voice in library.voices():
+            print(voice.describe())
+    elif a.action == "add":
+        voice = library.add(a.name, Path(a.file).expanduser(), config=config)
+        print(f"{library.folder}: {voice.describe()}")
+    elif a.action == "rename":
+        print(f"renamed {a.name} to {library.rename(a.name, a.new_name).name}")
+    else:
+        library.remove(a.name)
+        print(f"removed {a.name} from {library.folder}")
+    return 0
+
+
+def add_library_argument(p: argparse.ArgumentParser) -> None:
+    import os
+
+    from .voices import LIBRARY_FOLDER
+
+    p.add_argument("--voices", default=os.environ.get("VOICECHAT_VOICES", str(Path("outputs") / LIBRARY_FOLDER)),
+                   help="the voice library's folder (default: $VOICECHAT_VOICES, else ./outputs/voices: the app's "
+                        "when it is started in this folder)")
+
+
+def add_voices_parser(sub) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    add_model_arguments(common, demo=False)
+    add_library_argument(common)
+    v = sub.add_parser("voices", help="the voice library: list, add (from a recording), rename, remove")
+    actions = v.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", parents=[common], help="the checkpoint's voice, then the voices added")
+    add = actions.add_parser("add", parents=[common], help="add a voice from a recording of 3 s or more of speech")
+    add.add_argument("name", help="up to 32 letters, digits, spaces, - or _")
+    add.add_argument("file", help="the recording (any format generate reads)")
+    rename = actions.add_parser("rename", parents=[common], help="rename a voice you added")
+    rename.add_argument("name")
+    rename.add_argument("new_name")
+    remove = actions.add_parser("remove", parents=[common], help="remove a voice you added")
+    remove.add_argument("name")
+    v.set_defaults(func=cmd_voices)
 
 
 def cmd_download(a: argparse.Namespace) -> int:
@@ -257,6 +329,8 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
+    g.add_argument("--voice", help="a voice of the library (python -m voicechat voices list)")
+    add_library_argument(g)
     g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
                                   "per-frame token ids and codes, settings, timings, tool calls (the app's "
                                   "conversation.json)")
@@ -293,6 +367,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     add_live_parser(sub)
+    add_voices_parser(sub)
     return p
 
 
@@ -304,7 +379,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError, ToolError) as e:
+    except (UsageError, AudioInputError, ToolError, VoiceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

@@ -31,6 +31,7 @@ from .config import GenerationConfig
 from .errors import AudioInputError, VoiceChatError
 from .tts.eartts import prompt_samples
 
+LIBRARY_FOLDER = "voices"  # the library's folder inside the app's outputs (and the command line's ./outputs)
 DEFAULT = "default"  # the checkpoint's voice, by whatever name it has (or none)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _-]{0,31}")  # also a safe folder name: no path can pass for one
 PROMPT_FILE, INFO_FILE = "prompt.wav", "voice.json"
