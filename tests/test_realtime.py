@@ -919,29 +919,111 @@ def test_the_readme_example_streams_a_wav_and_saves_the_answer(server, tmp_path)
     assert f"you said:  {texts['user_transcript']}" in out.stdout
 
 
-def test_a_voice_the_checkpoint_lacks_fails_the_setup_and_another_update_recovers(server):
-    pcm = base64.b64encode(np.zeros(CHUNK, "<i2").tobytes()).decode()
-
+def test_a_voice_is_a_name_of_the_library_never_a_path(server):
+    """An unknown name and a server path (even of a file that exists) get invalid_value with the library's names;
+    OpenAI's default names and the checkpoint's voice are accepted; adding voices is off without the flag."""
     async def scenario():
         manager, conn, _ = await open_session(server)
         try:
-            await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "Nobody"}}})
+            for voice in ("Nobody", str(WAV), "../../etc/passwd"):
+                await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": voice}}})
+                error = await expect_error(conn, "invalid_value", "session.audio.output.voice")
+                assert error["message"] == f"no voice called {voice!r}; the voices are: Aria"
+            for voice, shown in (("marin", None), ("Aria", "Aria")):
+                await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": voice}}})
+                updated = await receive_until(conn, "session.updated")
+                assert updated[-1]["session"]["audio"]["output"]["voice"] == shown
+            await conn.send({"type": "voicechat.voice.add", "name": "Me", "audio": ""})
             events = await receive_until(conn, "error")
-            assert events[0]["type"] == "session.updated"
-            assert (events[-1]["error"]["code"], events[-1]["error"]["param"]) == ("session_setup_failed", "session")
-            assert "Nobody" in events[-1]["error"]["message"]
-            await conn.input_audio_buffer.append(audio=pcm)
-            await expect_error(conn, "session_setup_failed", "session")
-            await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "marin"}}})
-            assert (await receive(conn))["type"] == "session.updated"
-            await conn.input_audio_buffer.append(audio=pcm)
-            await conn.input_audio_buffer.append(audio=pcm)
-            events = await receive_until(conn, "response.output_audio.delta")  # the conversation runs
-            assert "error" not in types(events)
+            assert (events[-1]["error"]["code"], events[-1]["error"]["param"]) == ("unsupported_event", "type")
+            await conn.send({"type": "voicechat.voice.list"})
+            listed = await receive_until(conn, "voicechat.voice.list")
+            assert [v["name"] for v in listed[-1]["voices"]] == ["Aria"]
         finally:
             await close(conn)
     run(scenario())
     serves_next_connection(server)
+
+
+@pytest.fixture(scope="module")
+def voice_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve-voices")
+    s = Server(tmp, "--api-key", "sesame", "--allow-voice-add", "--voices", str(tmp / "voices"))
+    s.voices = tmp / "voices"
+    yield s
+    s.stop()
+
+
+def test_sdk_adds_a_voice_and_the_conversation_speaks_in_it(voice_server, tiny_model, tmp_path):
+    """voicechat.voice.add (base64 PCM16 at 24 kHz) refuses a silent recording in one line, stores a good one, and
+    a session in that voice carries exactly the frames of a local session with the same voice."""
+    from voicechat.voices import VoiceLibrary, checkpoint_voices
+
+    _, speaker = pcm16_24k(Path(__file__).parent / "fixtures" / "nemo" / "speaker_22k.wav")
+    wire = base64.b64encode(speaker.astype("<i2").tobytes()).decode()
+    silent = base64.b64encode(np.zeros(3 * realtime.RATE, "<i2").tobytes()).decode()
+    _, pcm = pcm16_24k(WAV)
+    chunks = [pcm[i:i + CHUNK] for i in range(0, len(pcm), CHUNK)]
+    local = VoiceLibrary(tmp_path, checkpoint_voices(tiny_model)).add("Fixture", speaker, realtime.RATE,
+                                                                      config=tiny_model.config)
+    session = tiny_model.session(system_prompt=PROMPT, speaker=local)
+    expected = [f for chunk in chunks for f in session.feed(chunk, realtime.RATE)]
+    in_aria = tiny_model.session(system_prompt=PROMPT)
+    aria = [f for chunk in chunks for f in in_aria.feed(chunk, realtime.RATE)]
+    assert any(not np.array_equal(a.codes, e.codes) for a, e in zip(aria, expected))  # the voice is heard
+
+    async def scenario():
+        voice_server.wait_idle()
+        manager = client(voice_server, "sesame").realtime.connect(model=MODEL, extra_query={"voicechat_frames": "1"})
+        conn = await manager.enter()
+        try:
+            assert (await receive(conn))["type"] == "session.created"
+            await conn.send({"type": "voicechat.voice.add", "name": "Quiet", "audio": silent})
+            refused = await expect_error(conn, "invalid_audio", "audio")
+            await conn.send({"type": "voicechat.voice.add", "name": "Fixture", "audio": wire})
+            added = await receive_until(conn, "voicechat.voice.added")
+            await conn.send({"type": "voicechat.voice.add", "name": "fixture", "audio": wire})
+            taken = await expect_error(conn, "invalid_value", "name")
+            await conn.session.update(session={"type": "realtime", "instructions": PROMPT,
+                                               "audio": {"output": {"voice": "Fixture"}}})
+            events = await receive_until(conn, "session.updated")
+            for chunk in chunks:
+                await conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
+            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == expected[-1].position):
+                events.append(await receive(conn))
+            return refused, added[-1], taken, events
+        finally:
+            await close(conn)
+
+    refused, added, taken, events = run(scenario())
+    assert refused["message"].startswith("the recording is silent") and "\n" not in refused["message"]
+    assert added["voice"]["name"] == "Fixture" and added["voice"]["source"] == "realtime"
+    assert [v["name"] for v in added["voices"]] == ["Aria", "Fixture"]
+    assert taken["message"] == "there is already a voice called Fixture; choose another name"
+    assert (voice_server.voices / "Fixture" / "prompt.wav").is_file()
+    assert events[0]["session"]["audio"]["output"]["voice"] == "Fixture"
+    frames = [e for e in events if e["type"] == "voicechat.frame"]
+    assert [f["position"] for f in frames] == [f.position for f in expected]
+    assert [f["text_id"] for f in frames] == [f.text_id for f in expected]
+    assert all(f["codes"] == e.codes.tolist() for f, e in zip(frames, expected))
+    serves_next_connection_with_key(voice_server)
+
+
+def serves_next_connection_with_key(server: Server) -> None:
+    server.wait_idle()
+
+    async def scenario():
+        async with client(server, "sesame").realtime.connect(model=MODEL) as conn:
+            assert (await receive(conn))["type"] == "session.created"
+    run(scenario())
+
+
+def test_adding_voices_needs_an_api_key(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "voicechat", "serve", "--demo", "--allow-voice-add"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert p.returncode == 2
+    assert p.stderr == "error: --allow-voice-add lets clients write voices into the library: give --api-key too\n"
 
 
 def test_the_prompt_can_change_until_audio_starts_then_it_is_locked(server, tiny_model):

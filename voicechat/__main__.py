@@ -234,7 +234,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
                          "(or pip install \"voicechat[app]\")") from None
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    if a.allow_voice_add and not a.api_key:
+        raise UsageError("--allow-voice-add lets clients write voices into the library: give --api-key too")
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+          voices=Path(a.voices).expanduser(), voice_add=a.allow_voice_add)
     return 0
 
 
@@ -256,6 +259,10 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    add_library_argument(s)
+    s.add_argument("--allow-voice-add", action="store_true",
+                   help="let clients add voices to the library (the voicechat.voice.add event, docs/voices.md); "
+                        "needs --api-key")
     s.set_defaults(func=cmd_serve)
 
 

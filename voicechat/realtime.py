@@ -14,6 +14,10 @@ realtime plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
 - client-executed tools: ``session.update.tools`` declares them; when the model's call has been read a
   ``function_call`` item goes out and its response ends; ``conversation.item.create {type: function_call_output}``
   brings the result back into the model's function channel.
+- ``session.audio.output.voice`` names a voice of the library (voicechat/voices.py, docs/voices.md), never a file;
+  OpenAI's own voice names mean the checkpoint's voice. Extension events: ``voicechat.voice.list``, and
+  ``voicechat.voice.add`` (base64 PCM16 at 24 kHz), off unless the server was started with ``--allow-voice-add``,
+  which needs an API key.
 
 One connection holds the model at a time; a second one gets ``error`` code ``server_busy`` and close code 1013.
 All MLX work stays on the engine thread: these handlers pass numpy arrays to it and read ``Frame``\\ s back.
@@ -34,6 +38,7 @@ import secrets
 import threading
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
@@ -43,9 +48,10 @@ from starlette.websockets import WebSocketDisconnect
 
 from .audio import to_int16
 from .engine import READY, EngineBusy, LiveRequest
-from .errors import ToolError, VoiceChatError
+from .errors import AudioInputError, ToolError, VoiceChatError
 from .tools import Tool
 from .tools.declare import checked_tools
+from .voices import DEFAULT, Voice, VoiceError, VoiceLibrary, checkpoint_voices
 
 log = logging.getLogger("voicechat.realtime")
 
@@ -64,12 +70,13 @@ DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the cli
                1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
 
 # OpenAI's own voice names (OAI realtime_audio_config_output.py): clients send one by default (LiveKit: "marin"), so
-# they mean the checkpoint's own voice; any other name is a speaker of the checkpoint
+# they mean the checkpoint's own voice; any other name is a voice of the library (docs/voices.md)
 OPENAI_VOICES = {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
 
 # Client events this server acts on, and GA client events it knows but does not implement (docs/live.md §3).
 HANDLED = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
-           "conversation.item.create", "response.create", "response.cancel")
+           "conversation.item.create", "response.create", "response.cancel", "voicechat.voice.list",
+           "voicechat.voice.add")
 UNSUPPORTED = {
     "conversation.item.truncate": "the model hears its own past speech as it was produced; nothing can be truncated",
     "conversation.item.delete": "the model's timeline cannot forget items",
@@ -128,10 +135,11 @@ def event_kind(event: dict) -> str:
 
 
 def decode_audio(event: dict) -> np.ndarray:
-    """``input_audio_buffer.append``'s base64 PCM16 little-endian mono -> int16 samples [N]."""
+    """The base64 PCM16 little-endian mono of ``input_audio_buffer.append`` (or ``voicechat.voice.add``) -> int16
+    samples [N]."""
     audio = event.get("audio")
     if not isinstance(audio, str):
-        raise ClientEventError("missing_required_parameter", "input_audio_buffer.append needs 'audio' "
+        raise ClientEventError("missing_required_parameter", f"{event['type']} needs 'audio' "
                                                              "(base64 PCM16 mono at 24 kHz)", "audio")
     if len(audio) > MAX_APPEND_BYTES:
         raise ClientEventError("audio_too_large", f"the append carries {len(audio) / 2 ** 20:.1f} MiB of base64; "
@@ -157,7 +165,7 @@ def encode_audio(samples: np.ndarray) -> str:
 @dataclass(frozen=True)
 class SessionConfig:
     instructions: str = ""  # the system prompt
-    voice: Optional[str] = None  # a speaker name of the checkpoint (None: its default)
+    voice: Optional[str] = None  # a voice of the library, checked by the server (None: the checkpoint's default)
     tools: tuple = ()  # voicechat.tools.Tool without fn: the client runs them
 
     @property
@@ -588,6 +596,7 @@ class Connection:
 
     async def on_session_update(self, event: dict) -> None:
         new = self.config.updated(event.get("session"))
+        self.server.voice(new.voice)  # a name of the library, or an error listing them
         if self.live is not None and new.model_inputs != self.config.model_inputs:
             if self.heard:
                 raise ClientEventError("session_locked", "instructions, tools and voice are fixed once audio has "
@@ -648,6 +657,20 @@ class Connection:
             expect(response_id, str, "response_id")
         self.emit_all(self.conversation.cancel(response_id))
 
+    async def on_voicechat_voice_list(self, event: dict) -> None:
+        self.emit({"type": "voicechat.voice.list", "voices": self.server.voice_list()})
+
+    async def on_voicechat_voice_add(self, event: dict) -> None:
+        """Extension: a voice made from the event's recording, stored in the library (docs/voices.md)."""
+        if not self.server.voice_add:
+            raise ClientEventError("unsupported_event", "voicechat.voice.add is off on this server: start it with "
+                                                        "--allow-voice-add (and --api-key)", "type")
+        name = expect(event.get("name"), str, "name")
+        samples = decode_audio(event)
+        voice = await asyncio.to_thread(self.server.add_voice, name, samples)
+        log.info("%s: added the voice %s", self.name, voice.name)
+        self.emit({"type": "voicechat.voice.added", "voice": voice_json(voice), "voices": self.server.voice_list()})
+
     # ---- the engine's live session -----------------------------------------------------------------------------
     async def ensure_live(self, required: bool) -> bool:
         """Open the live session if there is none; False when this connection is closing instead (model busy)."""
@@ -660,9 +683,9 @@ class Connection:
                                        kind="server_error")
             return False
         try:
-            live = self.server.engine.open_live(LiveRequest(system_prompt=self.config.instructions,
-                                                            speaker=self.config.voice, tools=self.config.tools),
-                                                owner=self.name)
+            request = LiveRequest(system_prompt=self.config.instructions, speaker=self.server.voice(self.config.voice),
+                                  tools=self.config.tools)
+            live = self.server.engine.open_live(request, owner=self.name)
         except EngineBusy as e:
             self.reject(ClientEventError("server_busy", str(e), kind="server_error"), None)
             self.close(CLOSE_TRY_AGAIN_LATER, "server busy")
@@ -737,13 +760,51 @@ class RealtimeServer:
     ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
     ``heard(session_id, samples)`` (each append's int16 samples at 24 kHz, once they went to the model) and
     ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
-    tab (voicechat/webui/talk.py) saves conversations with it."""
+    tab (voicechat/webui/talk.py) saves conversations with it.
 
-    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None):
+    ``voices``: the voice library's folder (None: the checkpoint's voices only); ``voice_add`` lets clients add
+    voices to it (``voicechat.voice.add``), only with an ``api_key``."""
+
+    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None,
+                 voices: Optional[Path] = None, voice_add: bool = False):
+        if voice_add and not (api_key and voices):
+            raise ServeError("adding voices over the API needs an API key and a voice library folder")
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.active: Optional[str] = None  # the connection that holds the model
         self.count = 0
         self.observer = observer
+        self.voices, self.voice_add = voices, voice_add
+
+    # ---- the voice library (numpy and files only: the model's config and speaker names are plain values) --------
+    def library(self) -> VoiceLibrary:
+        model = self.engine.model
+        return VoiceLibrary(self.voices, checkpoint_voices(model) if model is not None else (DEFAULT,))
+
+    def voice(self, name: Optional[str]) -> Optional[Voice]:
+        """The library's voice called ``name`` (None: the checkpoint's default); an unknown name (a path is none)
+        is refused with the list of names."""
+        if name is None:
+            return None
+        try:
+            return self.library().get(name)
+        except VoiceError as e:
+            raise ClientEventError("invalid_value", str(e), "session.audio.output.voice")
+
+    def voice_list(self) -> list[dict]:
+        return [voice_json(v) for v in self.library().voices()]
+
+    def add_voice(self, name: str, samples: np.ndarray) -> Voice:
+        """Thread: check, trim and store a recording at the wire rate as a voice."""
+        model = self.engine.model
+        if model is None:
+            raise ClientEventError("model_not_ready", "the model is not loaded yet; add the voice once it is",
+                                   kind="server_error")
+        try:
+            return self.library().add(name, samples, RATE, config=model.config, source="realtime")
+        except VoiceError as e:
+            raise ClientEventError("invalid_value", str(e), "name")
+        except AudioInputError as e:
+            raise ClientEventError("invalid_audio", str(e), "audio")
 
     def notify(self, what: str, *args) -> None:
         """Tell the observer (if any) that a live session was ``opened``, ``heard`` audio or ``closed``."""
@@ -789,9 +850,17 @@ class RealtimeServer:
             self.active = None
 
 
-def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat") -> FastAPI:
+def voice_json(voice: Voice) -> dict:
+    """A voice as the extension events list it."""
+    return {"name": voice.name, "builtin": voice.builtin, "created": voice.created or None,
+            "source": voice.source or None, "seconds": round(voice.seconds, 3)}
+
+
+def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
+               voices: Optional[Path] = None, voice_add: bool = False) -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
-    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name).router())
+    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, voices=voices,
+                                      voice_add=voice_add).router())
     return app
 
 
@@ -799,7 +868,8 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool) -> None:
+def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
+          voices: Optional[Path] = None, voice_add: bool = False) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` until interrupted."""
     import socket
     import tempfile
@@ -831,7 +901,8 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
         if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("listening on %s without --api-key: anyone who can reach it can use the model", host)
         print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH}", flush=True)
-        config = uvicorn.Config(create_app(engine, api_key=api_key, model_name=name), log_level="info",
+        app = create_app(engine, api_key=api_key, model_name=name, voices=voices, voice_add=voice_add)
+        config = uvicorn.Config(app, log_level="info",
                                 ws_max_size=MAX_MESSAGE_BYTES)
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -145,14 +145,15 @@ class VoiceLibrary:
     """The voices in ``folder`` after the checkpoint's ``speakers`` (:func:`checkpoint_voices`; the default
     first). Voices the user adds live in ``folder``; the checkpoint's cannot be renamed or removed."""
 
-    def __init__(self, folder: Union[str, Path], speakers: Sequence[str] = (DEFAULT,)):
-        self.folder = Path(folder)
+    def __init__(self, folder: Union[str, Path, None], speakers: Sequence[str] = (DEFAULT,)):
+        self.folder = Path(folder) if folder is not None else None  # None: the checkpoint's voices only
         self.speakers = tuple(speakers)
 
     # ---- reading ------------------------------------------------------------------------------------------------
     def voices(self) -> list[Voice]:
         """Every voice: the checkpoint's first, then the added ones in the order they were added."""
-        added = [self._read(d) for d in sorted(self.folder.iterdir())] if self.folder.is_dir() else []
+        folders = sorted(self.folder.iterdir()) if self.folder is not None and self.folder.is_dir() else []
+        added = [self._read(d) for d in folders]
         added = sorted((v for v in added if v is not None), key=lambda v: (v.created, v.name))
         return [Voice(name) for name in self.speakers] + added
 
@@ -164,7 +165,8 @@ class VoiceLibrary:
         library's."""
         if name == DEFAULT or name in self.speakers:
             return Voice(name)
-        voice = self._read(self.folder / name) if NAME.fullmatch(name or "") else None
+        found = self.folder is not None and isinstance(name, str) and NAME.fullmatch(name)
+        voice = self._read(self.folder / name) if found else None
         if voice is None or voice.name != name:
             raise VoiceError(f"no voice called {name!r}; the voices are: {', '.join(self.names())}")
         return voice
