@@ -40,7 +40,9 @@ from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, system_prompt as tool_prompt  # noqa: E402
+from voicechat.voices import Voice, VoiceError  # noqa: E402
 from voicechat.webui import stream, talk, timeline  # noqa: E402
+from voicechat.webui.voices import VoicePanel  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 ASSETS = APP_DIR / "assets"
@@ -70,7 +72,8 @@ HOW_TO = f"""
 1. **Record** your question with the microphone, or **drop an audio file** on the input ({FORMATS}; any sample
    rate, mono or stereo). Or pick one of the examples below the Run button. The recording is checked at once.
 2. Optionally choose **who the assistant is** (system prompt) and a **seed**: the same recording, prompt and seed give
-   the same answer; another seed gives another take of the voice. Under **Tools**, tick the built-in tools the model
+   the same answer; another seed gives another take of the voice. Choose the **Voice** it answers in; under
+   **Voices** add one from the microphone or a file (3 s or more of speech) and hear it. Under **Tools**, tick the built-in tools the model
    may call (the time, a calculator, unit conversion): they run on this computer, and each call and its result show
    under **Tool calls** and on the timeline.
 3. Press **Run** (or **Ctrl+Enter**). The assistant's words appear while it thinks and the answer plays when it is
@@ -81,7 +84,8 @@ silence and answers in that silence; the **Timeline** shows both sides with each
 """
 
 LIMITS = f"""
-- **English only, one voice** (the built-in "Aria"), spoken input only.
+- **English only**, spoken input only. The answer speaks in the checkpoint's voice (the built-in "Aria") or in a voice
+  you add under **Voices** from a few seconds of a recording (docs/voices.md).
 - Trained on conversations of up to about **2 minutes**: keep recordings short (under a minute works best).
 - **Speed depends on the machine.** The 4-bit model has been reported to run near real time on recent Apple Silicon;
   on a Linux or Intel CPU it is around 100x slower than real time. {RTF_MEANING}
@@ -232,6 +236,7 @@ class Question:
     config: GenerationConfig
     input_name: str
     tools: tuple = ()  # voicechat.tools.Tool objects the model may call
+    voice: Optional[Voice] = None  # the voice chosen (None: the checkpoint's default)
 
 
 def save_outputs(answer: eng.Answer, run_dir: Path, ask: Question, model: str, demo_model: bool) -> tuple[Path, Path]:
@@ -328,6 +333,7 @@ class RecordAndRun:
         self.engine = engine
         self.outputs = outputs
         self.demo_mode = demo_mode
+        self.voices = VoicePanel(engine, outputs)  # the Voice control (voicechat/webui/voices.py)
 
     # ---- the widgets -------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -347,6 +353,7 @@ class RecordAndRun:
                 dice = gr.Button("New seed", size="sm", render=False)
                 seed = gr.Number(0, precision=0, label="Seed", minimum=0, buttons=[dice],
                                  info="Same input + same seed = same answer. Another seed: another take of the voice.")
+                voice_choice = self.voices.build()
                 with gr.Accordion("Tools", open=True, elem_id="vc-tools"):
                     tools = gr.CheckboxGroup(tool_choices(), value=[], label="Built-in tools the model may call",
                                              info="They run on this computer; each call and its result show under "
@@ -415,7 +422,7 @@ class RecordAndRun:
         outputs_list = [status, answer_audio, transcript, assistant, function, timeline_view, timings, downloads,
                         player, tool_calls]
         inputs_list = [audio_in, prompt, seed, extra, max_extra, temperature, top_p, repetition, tts_override,
-                       tts_guidance, tts_top_p, tts_noise, turn_markers, reference, tools]
+                       tts_guidance, tts_top_p, tts_noise, turn_markers, reference, tools, voice_choice]
         # every Run reaches the engine at once (concurrency_limit=None): the engine's queue is the only queue
         (run_btn.click(self.buttons_busy, None, [run_btn, cancel_btn], api_visibility="private", queue=False)
          .then(self.run, inputs_list, outputs_list, api_name="run", show_progress="hidden", concurrency_limit=None)
@@ -434,7 +441,7 @@ class RecordAndRun:
                          queue=False)
         tts_override.change(lambda on: [gr.Slider(interactive=on)] * 3, tts_override,
                             [tts_guidance, tts_top_p, tts_noise], api_visibility="private", queue=False)
-        self.model_outputs = [status, run_btn, tts_guidance, tts_top_p, tts_noise]
+        self.model_outputs = [status, run_btn, tts_guidance, tts_top_p, tts_noise, voice_choice]
 
     @staticmethod
     def voice_values(facts: Optional[eng.ModelFacts]) -> tuple:
@@ -447,7 +454,7 @@ class RecordAndRun:
         """``model_outputs`` for the engine's state: the status card, Run (only with a model), the voice sliders."""
         ready = status.state == eng.READY
         voice = [gr.Slider(value=v) for v in self.voice_values(status.facts)] if ready else [gr.skip()] * 3
-        return (engine_status_card(status), gr.Button(interactive=ready), *voice)
+        return (engine_status_card(status), gr.Button(interactive=ready), *voice, self.voices.on_model(status))
 
     # ---- the handlers ------------------------------------------------------------------------------------------
     def _frame(self, **values) -> tuple:
@@ -476,9 +483,10 @@ class RecordAndRun:
 
     def run(self, audio_path, system_prompt, seed, extra_seconds, max_extra_seconds, temperature, top_p,
             repetition_penalty, tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference,
-            tools=None, request: gr.Request = None) -> Iterator[tuple]:
+            tools=None, voice=None, request: gr.Request = None) -> Iterator[tuple]:
         """Submit one conversation to the engine and stream its progress; the last yield has every output.
-        ``tools``: the names of the built-in tools ticked (none: the model reads the system prompt alone)."""
+        ``tools``: the names of the built-in tools ticked (none: the model reads the system prompt alone);
+        ``voice``: the name of the voice chosen (none: the checkpoint's)."""
         cleared = dict(answer_audio=None, transcript="", assistant="", function="", timeline=timeline.EMPTY,
                        timings="No timings yet.", downloads=None, tool_calls="")
         if not audio_path:
@@ -491,13 +499,13 @@ class RecordAndRun:
             config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
                                        tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
             ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name,
-                           picked_tools(tools))
-        except (AudioInputError, ValueError, TypeError) as e:
+                           picked_tools(tools), self.voices.voice(voice))
+        except (AudioInputError, VoiceError, ValueError, TypeError) as e:
             yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
             return
         try:
             job = self.engine.submit(eng.Request(ask.samples, ask.rate, ask.system_prompt, ask.seed, ask.config,
-                                                 ask.tools), owner=getattr(request, "session_hash", None))
+                                                 ask.tools, ask.voice), owner=getattr(request, "session_hash", None))
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return

@@ -51,7 +51,7 @@ class ScriptedModel:
         self.tokenizer = TextTokenizer(TOKENIZER)
         self.config = SimpleNamespace(frame_length=self.FRAME, input_sample_rate=self.IN_RATE,
                                       output_sample_rate=self.OUT_RATE, pad_id=12, bos_id=1, eos_id=2,
-                                      tts=SimpleNamespace(**self.TTS))
+                                      tts=SimpleNamespace(**self.TTS), speaker_name="Aria", speaker_reference=None)
         self.answer, self.transcript, self.function = answer, transcript, function
         self.frame_delay, self.gate, self.error = frame_delay, gate, error
         self.threads: set[int] = set()
@@ -72,6 +72,10 @@ class ScriptedModel:
         calls = self.tokenizer.encode(self.function) if self.function else []
         function[start + 1: start + 1 + len(calls)] = calls
         return text, function
+
+    def speakers(self) -> list[str]:
+        """Its "checkpoint's" voices (the voice library lists them first)."""
+        return ["Aria"]
 
     def prompt_length(self, system_prompt: str) -> int:
         """Positions of the system prompt: [bos] + its tokens + [eos], as the real model's."""
@@ -105,7 +109,8 @@ class ScriptedModel:
 
     def generate(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None):
         self.threads.add(threading.get_ident())
-        self.calls.append(dict(system_prompt=system_prompt, seed=seed, config=config, sample_rate=sample_rate))
+        self.calls.append(dict(system_prompt=system_prompt, seed=seed, config=config, sample_rate=sample_rate,
+                               speaker=speaker))
         t0 = time.perf_counter()
         x = prepare_input(audio, sample_rate, self.IN_RATE, round(self.IN_RATE * self.FRAME))
         if self.error is not None:
@@ -138,7 +143,8 @@ class ScriptedModel:
             audio_codes=np.zeros((len(text), self.CODEBOOKS), np.int64), first_frame=prompt_frames,
             prompt_frames=prompt_frames, input_frames=input_frames, frame_seconds=self.FRAME,
             timings={"perception": 0.01, "frames": time.perf_counter() - t0, "codec": 0.02},
-            settings={"seed": seed, "system_prompt": system_prompt})
+            settings={"seed": seed, "system_prompt": system_prompt,
+                      "voice": getattr(speaker, "name", speaker) or "Aria"})
 
 
 def loader_for(model, record: Optional[dict] = None):

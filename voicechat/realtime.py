@@ -51,7 +51,7 @@ from .engine import READY, EngineBusy, LiveRequest
 from .errors import AudioInputError, ToolError, VoiceChatError
 from .tools import Tool
 from .tools.declare import checked_tools
-from .voices import DEFAULT, Voice, VoiceError, VoiceLibrary, checkpoint_voices
+from .voices import Voice, VoiceError, VoiceLibrary, model_library
 
 log = logging.getLogger("voicechat.realtime")
 
@@ -139,7 +139,7 @@ def decode_audio(event: dict) -> np.ndarray:
     samples [N]."""
     audio = event.get("audio")
     if not isinstance(audio, str):
-        raise ClientEventError("missing_required_parameter", f"{event['type']} needs 'audio' "
+        raise ClientEventError("missing_required_parameter", f"{event.get('type', 'the event')} needs 'audio' "
                                                              "(base64 PCM16 mono at 24 kHz)", "audio")
     if len(audio) > MAX_APPEND_BYTES:
         raise ClientEventError("audio_too_large", f"the append carries {len(audio) / 2 ** 20:.1f} MiB of base64; "
@@ -777,8 +777,7 @@ class RealtimeServer:
 
     # ---- the voice library (numpy and files only: the model's config and speaker names are plain values) --------
     def library(self) -> VoiceLibrary:
-        model = self.engine.model
-        return VoiceLibrary(self.voices, checkpoint_voices(model) if model is not None else (DEFAULT,))
+        return model_library(self.voices, self.engine.model)
 
     def voice(self, name: Optional[str]) -> Optional[Voice]:
         """The library's voice called ``name`` (None: the checkpoint's default); an unknown name (a path is none)

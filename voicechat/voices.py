@@ -243,6 +243,12 @@ class VoiceLibrary:
         (self.folder / voice.name / INFO_FILE).write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n")
 
 
+def model_library(folder: Union[str, Path, None], model) -> VoiceLibrary:
+    """The library of ``folder`` with a loaded ``model``'s voices (only ``default`` while there is no model): an
+    app's or a server's. Reads the model's config and speaker names only, so any thread may call it."""
+    return VoiceLibrary(folder, checkpoint_voices(model) if model is not None else (DEFAULT,))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # hearing a voice
 # ----------------------------------------------------------------------------------------------------------------
