@@ -5,7 +5,8 @@ The page (voicechat/webui/static/live.js) speaks the OpenAI Realtime protocol to
 AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (voicechat/webui/static/jitter.js). This
 module serves those files and what the page asks the server:
 
-    GET  /live/status              the model, this machine's measured speed (keeps up with real time or not), busy
+    GET  /live/status              the model, this machine's measured speed (keeps up with real time or not), busy, the
+                                   voices of the library
     POST /live/measure             measure the speed again
     POST /live/tool                run one of the built-in tools the page offers the model (the page is the Realtime
                                    client, and Realtime tools are run by the client)
@@ -44,6 +45,7 @@ from voicechat.result import conversation_json
 from voicechat.tools import BUILTIN_TOOLS
 from voicechat.tools.calls import TIMEOUT_RESULT
 from voicechat.tools.runner import ToolRunner
+from voicechat.voices import LIBRARY_FOLDER
 
 from . import stream
 
@@ -241,7 +243,8 @@ class TalkLive:
     def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = ""):
         self.engine, self.outputs, self.demo_mode, self.system_prompt = engine, Path(outputs), demo_mode, system_prompt
         self.recorder = Recorder()
-        self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder)
+        self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder,
+                                       voices=self.outputs / LIBRARY_FOLDER)  # Record and run's Voices add to it
         self.speed = SpeedCheck(engine)
         self.lag_limit_s = LAG_LIMIT_S
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
@@ -277,7 +280,8 @@ class TalkLive:
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
-                "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()]}
+                "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()],
+                "voices": [{"name": v.name, "label": v.describe()} for v in self.realtime.library().voices()]}
 
     def measure(self) -> dict:
         self.speed.start()
@@ -401,6 +405,8 @@ def panel_html(system_prompt: str) -> str:
     descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
+  <label class="vc-live-label" for="live-voice">Voice (add one under Record and run, Voices)</label>
+  <select id="live-voice" class="vc-live-select"></select>
   <label class="vc-live-label" for="live-prompt">System prompt (read before the conversation starts)</label>
   <textarea id="live-prompt" rows="2">{html.escape(system_prompt)}</textarea>
   <div class="vc-live-columns">
@@ -451,6 +457,8 @@ CSS = """
 .vc-live-check {font-size: .92em; display: flex; gap: 8px; align-items: baseline;}
 .vc-live-check input {appearance: auto; width: 15px; height: 15px; flex: none; accent-color: var(--color-accent);}
 .vc-live-label {font-weight: 600; font-size: .9em; opacity: .85;}
+.vc-live-select {max-width: 28em; border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
+  background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}
 .vc-live textarea {width: 100%; border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
   background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}
 .vc-live-columns {display: grid; grid-template-columns: 1fr 1fr; gap: 12px;}

@@ -52,17 +52,17 @@ class VoicePanel:
         self.dropdown = gr.Dropdown(choices, value=choices[0][1], label="Voice", info=VOICE_INFO, elem_id="vc-voice")
         with gr.Accordion("Voices: add one from a recording, hear one, rename, remove", open=False,
                           elem_id="vc-voices"):
-            recording = gr.Audio(sources=["microphone", "upload"], type="filepath", elem_id="vc-voice-recording",
-                                 label="A recording of the new voice: 3 s or more of one person speaking, no music")
+            recording = gr.Audio(sources=["upload", "microphone"], type="filepath", elem_id="vc-voice-recording",
+                                 label="A recording of the new voice (3 s or more of one person speaking)")
             name = gr.Textbox(label="Name", placeholder="e.g. Maya", max_lines=1, elem_id="vc-voice-name",
                               info="Up to 32 letters, digits, spaces, - or _. Also the new name for Rename.")
             with gr.Row():
-                add = gr.Button("Add the voice", size="sm", elem_id="vc-voice-add")
-                hear = gr.Button("Hear the chosen voice", size="sm", elem_id="vc-voice-preview")
-                rename = gr.Button("Rename the chosen voice", size="sm", elem_id="vc-voice-rename")
-                remove = gr.Button("Remove the chosen voice", size="sm", variant="stop", elem_id="vc-voice-remove")
-            line = gr.HTML(voice_status("idle", f"Hear: the voice says \u201c{PREVIEW_SENTENCE}\u201d"),
-                           elem_id="vc-voice-status")
+                add = gr.Button("Add", size="sm", elem_id="vc-voice-add")
+                hear = gr.Button("Hear", size="sm", elem_id="vc-voice-preview")
+                rename = gr.Button("Rename", size="sm", elem_id="vc-voice-rename")
+                remove = gr.Button("Remove", size="sm", variant="stop", elem_id="vc-voice-remove")
+            line = gr.HTML(voice_status("idle", "Hear, Rename and Remove act on the Voice chosen above; Hear lets it "
+                                                f"say \u201c{PREVIEW_SENTENCE}\u201d"), elem_id="vc-voice-status")
             heard = gr.Audio(label="The chosen voice", type="filepath", interactive=False, autoplay=True,
                              elem_id="vc-voice-heard")
         changes = [self.dropdown, line]

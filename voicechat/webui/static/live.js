@@ -31,7 +31,7 @@ class LiveTalk {
       root: root.querySelector('.vc-live'), status: $('live-status'), speed: $('live-speed'), start: $('live-start'),
       stop: $('live-stop'), meter: $('live-meter'), prompt: $('live-prompt'), transcript: $('live-transcript'),
       assistant: $('live-assistant'), function: $('live-function'), stats: $('live-stats'), save: $('live-save'),
-      saved: $('live-saved'), tools: $('live-tools'), measure: $('live-measure'),
+      saved: $('live-saved'), tools: $('live-tools'), measure: $('live-measure'), voice: $('live-voice'),
     };
     this.el.start.addEventListener('click', () => this.start());
     this.el.stop.addEventListener('click', () => this.stop('done', 'Stopped', 'You ended the conversation.'));
@@ -62,6 +62,7 @@ class LiveTalk {
 
   showServer() {
     const { model, speed, busy } = this.server;
+    this.showVoices(this.server.voices);
     const busyNow = this.state === 'stopped' && busy.busy ? ` ${busy.text}` : ''; // the card keeps how it ended
     this.el.speed.textContent = (model.state === 'ready' ? speed.text : '') + busyNow;
     this.el.speed.dataset.verdict = speed.verdict;
@@ -81,6 +82,16 @@ class LiveTalk {
     } else {
       this.card('idle', 'Ready: press Start and talk', '');
     }
+  }
+
+  // the library's voices (the checkpoint's first); the choice stays while it exists
+  showVoices(voices) {
+    const select = this.el.voice;
+    const names = voices.map((v) => v.name);
+    if (names.join('\n') === [...select.options].map((o) => o.value).join('\n')) return;
+    const chosen = names.includes(select.value) ? select.value : names[0];
+    select.replaceChildren(...voices.map((v) => new Option(v.label, v.name)));
+    select.value = chosen;
   }
 
   async measure() {
@@ -277,7 +288,10 @@ const EVENTS = {
     this.sessionId = event.session.id;
     this.tools = this.el.tools.checked ? this.server.tools : [];
     this.socket.send(JSON.stringify({
-      type: 'session.update', session: { type: 'realtime', instructions: this.el.prompt.value, tools: this.tools },
+      type: 'session.update', session: {
+        type: 'realtime', instructions: this.el.prompt.value, tools: this.tools,
+        audio: { output: { voice: this.el.voice.value } },
+      },
     }));
   },
   'voicechat.session.queued'(event) {
