@@ -73,9 +73,9 @@ HOW_TO = f"""
    rate, mono or stereo). Or pick one of the examples below the Run button. The recording is checked at once.
 2. Optionally choose **who the assistant is** (system prompt) and a **seed**: the same recording, prompt and seed give
    the same answer; another seed gives another take of the voice. Choose the **Voice** it answers in; under
-   **Voices** add one from the microphone or a file (3 s or more of speech) and hear it. Under **Tools**, tick the built-in tools the model
-   may call (the time, a calculator, unit conversion): they run on this computer, and each call and its result show
-   under **Tool calls** and on the timeline.
+   **Voices** add one from the microphone or a file (3 s or more of speech) and hear it. Under **Tools**, tick the
+   built-in tools the model may call (the time, a calculator, unit conversion): they run on this computer, and each
+   call and its result show under **Tool calls** and on the timeline.
 3. Press **Run** (or **Ctrl+Enter**). The assistant's words appear while it thinks and the answer plays when it is
    ready. **Cancel** stops within one frame.
 

@@ -184,7 +184,8 @@ def test_the_voices_command_lists_adds_renames_removes(tmp_path):
     sf.write(tmp_path / "quiet.wav", np.zeros(22050 * 4, np.float32), 22050)
     steps = [(["list"], 0, "Aria (the checkpoint's voice)\n", ""),
              (["add", "Maya", str(SPEAKER_WAV)], 0, "outputs/voices: Maya (added 20", ""),
-             (["add", "Quiet", "quiet.wav"], 2, "", "error: the recording is silent (its loudest 20 ms is at -200 dBFS)"),
+             (["add", "Quiet", "quiet.wav"], 2, "",
+              "error: the recording is silent (its loudest 20 ms is at -200 dBFS)"),
              (["add", "maya", str(SPEAKER_WAV)], 2, "", "error: there is already a voice called Maya"),
              (["add", "../x", str(SPEAKER_WAV)], 2, "", "error: '../x' is not a voice name"),
              (["rename", "Maya", "Maya Two"], 0, "renamed Maya to Maya Two\n", ""),
@@ -203,7 +204,8 @@ def test_the_voices_command_lists_adds_renames_removes(tmp_path):
 def test_generate_with_a_voice_writes_what_the_wav_speaker_writes(tmp_path):
     aria = ["--model", str(NEMO / "tiny_model_aria")]
     library = tmp_path / "lib"
-    assert cli("voices", "add", *aria, "--voices", str(library), "Fixture", str(SPEAKER_WAV), cwd=tmp_path).returncode == 0
+    added = cli("voices", "add", *aria, "--voices", str(library), "Fixture", str(SPEAKER_WAV), cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
     runs = {"voice": ["--voice", "Fixture", "--voices", str(library)], "wav": ["--speaker", str(SPEAKER_WAV)]}
     for name, args in runs.items():
         p = cli("generate", *aria, "--audio", str(HARNESS_WAV), "--extra-seconds", "0.4", "--quiet", "--output-audio",

@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 import soundfile as sf
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, save  # noqa: F401  (skips without chromium)
-from playwright.sync_api import expect, sync_playwright  # noqa: E402
+from test_browser import save  # (skips without chromium)
+from test_talk_browser import browser, open_tab  # noqa: F401  (chromium with the fake microphone's file)
+from playwright.sync_api import expect  # noqa: E402
 
 import app  # noqa: E402
 from conftest import NEMO  # noqa: E402
@@ -39,15 +39,7 @@ def stop_app(demo, engine) -> None:
     engine.close()
 
 
-@pytest.fixture
-def browser():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def open_page(browser, url: str):
+def open_page(browser, url: str):  # noqa: F811
     page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
     page.goto(url, wait_until="networkidle")
     expect(page.locator("#vc-status")).to_contain_text("Ready when you are", timeout=TIMEOUT)
@@ -73,7 +65,7 @@ def run_once(page, outputs: Path) -> dict:
     return json.loads(new.read_text())
 
 
-def test_a_voice_added_in_the_app_changes_the_answer_and_survives_a_restart(browser, tmp_path):
+def test_a_voice_added_in_the_app_changes_the_answer_and_survives_a_restart(browser, tmp_path):  # noqa: F811
     outputs = tmp_path / "outputs"
     sf.write(tmp_path / "quiet.wav", np.zeros(3 * 22050, np.float32), 22050)
     demo, engine = start_app(outputs)
@@ -131,11 +123,9 @@ def test_a_voice_added_in_the_app_changes_the_answer_and_survives_a_restart(brow
     assert live["source"] == "live" and live["voice"] == "Fixture"
 
 
-def talk_live_record(browser, url: str, voice: str) -> dict:
-    """A short Talk live conversation in ``voice`` (the fake microphone's tone), stopped and saved: its record."""
-    page = browser.new_context(viewport={"width": 1280, "height": 1000}, permissions=["microphone"]).new_page()
-    page.goto(url, wait_until="domcontentloaded")
-    page.get_by_role("tab", name="Talk live").click()
+def talk_live_record(browser, url: str, voice: str) -> dict:  # noqa: F811
+    """A short Talk live conversation in ``voice`` (the fake microphone's question), stopped and saved: its record."""
+    page = open_tab(browser, url)
     select = page.locator("#live-voice")
     expect(select.locator("option")).to_have_count(2, timeout=TIMEOUT)
     assert select.locator("option").all_inner_texts()[0] == "Aria (the checkpoint's voice)"
@@ -147,6 +137,7 @@ def talk_live_record(browser, url: str, voice: str) -> dict:
     page.locator("#live-stop").click()
     page.locator("#live-save").click()
     expect(page.locator("#live-save-json")).to_be_visible(timeout=TIMEOUT)
-    record = json.loads(page.request.get(url.rstrip("/") + page.locator("#live-save-json").get_attribute("href")).body())
+    saved = page.locator("#live-save-json").get_attribute("href")
+    record = json.loads(page.request.get(url.rstrip("/") + saved).body())
     page.context.close()
     return record
