@@ -218,3 +218,24 @@ def test_generate_with_a_voice_writes_what_the_wav_speaker_writes(tmp_path):
     p = cli("generate", *aria, "--audio", str(HARNESS_WAV), "--voice", "Nobody", "--voices", str(library),
             cwd=tmp_path)
     assert p.returncode == 2 and p.stderr == "error: no voice called 'Nobody'; the voices are: Aria, Fixture\n"
+
+
+def test_live_with_a_voice_gives_the_sessions_codes_in_that_voice(tmp_path):
+    """``live --voice`` with a recording as the microphone: the ids and codes of one session in the same voice fed
+    the same samples, and the saved record names the voice."""
+    m = model("tiny_model_aria")
+    library = tmp_path / "lib"
+    voice = VoiceLibrary(library, checkpoint_voices(m)).add("Fixture", SPEAKER_WAV, config=m.config)
+    p = cli("live", "--model", str(NEMO / "tiny_model_aria"), "--input-file", str(HARNESS_WAV), "--output-file",
+            "spoken.wav", "--fast", "--tail", "1", "--save", "call", "--voice", "Fixture", "--voices", str(library),
+            cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    question, rate = sf.read(HARNESS_WAV, dtype="float32")
+    session = m.session(speaker=voice)
+    session.feed(np.concatenate([question, np.zeros(rate, np.float32)]), rate)
+    session.flush()
+    expected = session.result()
+    record = json.loads((tmp_path / "call" / "conversation.json").read_text())
+    assert record["voice"] == "Fixture"
+    np.testing.assert_array_equal(record["text_tokens"], expected.text_tokens)
+    np.testing.assert_array_equal(record["audio_codes"], expected.audio_codes)

@@ -154,16 +154,17 @@ def checkpoint_config(a: argparse.Namespace):
 
 
 def voice_library(a: argparse.Namespace, config):
+    """The library at --voices, after the checkpoint's default voice (``default`` for --demo, built at load)."""
     from .voices import DEFAULT, VoiceLibrary
 
-    return VoiceLibrary(Path(a.voices).expanduser(), [config.speaker_name or DEFAULT])
+    return VoiceLibrary(Path(a.voices).expanduser(), [config.speaker_name if config else DEFAULT])
 
 
 def chosen_voice(a: argparse.Namespace):
     """``--voice NAME``: the library's voice, found before the model loads."""
-    if a.speaker:
+    if getattr(a, "speaker", None):
         raise UsageError("give --voice (a voice of the library) or --speaker (a latent name or a WAV), not both")
-    return voice_library(a, checkpoint_config(a)).get(a.voice)
+    return voice_library(a, None if getattr(a, "demo", False) else checkpoint_config(a)).get(a.voice)
 
 
 def cmd_voices(a: argparse.Namespace) -> int:
@@ -285,7 +286,8 @@ def cmd_live(a: argparse.Namespace) -> int:
         model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=chosen_tools(a),
         input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
         input_file=a.input_file and Path(a.input_file), output_file=a.output_file and Path(a.output_file),
-        fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline, echo_cancel=a.echo_cancel)
+        fast=a.fast, tail=a.tail, seconds=a.seconds, max_lag=a.max_lag, offline=a.offline, echo_cancel=a.echo_cancel,
+        voice=chosen_voice(a) if a.voice else None)
     try:
         run_live(options)
     except DeviceChoiceError as e:
@@ -300,6 +302,8 @@ def add_live_parser(sub) -> None:
     add_model_arguments(v, demo=True)
     v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--voice", help="a voice of the library (python -m voicechat voices list)")
+    add_library_argument(v)
     v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
                                                          "calculator, unit conversion)")
     v.add_argument("--tools-module", metavar="PATH.py",

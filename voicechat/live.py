@@ -24,7 +24,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 import numpy as np
 
@@ -212,6 +212,7 @@ class LiveOptions:
     echo_cancel: bool = False  # WebRTC's echo canceller between the speaker and the microphone (pip install livekit)
     offline: bool = False
     tokenizer: Optional[str] = None
+    voice: Any = None  # a voicechat.voices.Voice (None: the checkpoint's)
 
 
 def open_ends(o: LiveOptions):
@@ -556,4 +557,4 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
 def live_request(o: LiveOptions):
     from .engine import LiveRequest
 
-    return LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=o.tools)
+    return LiveRequest(system_prompt=o.system_prompt, seed=o.seed, tools=o.tools, speaker=o.voice)
