@@ -105,7 +105,7 @@ def test_a_voice_added_in_the_app_changes_the_answer_and_survives_a_restart(brow
         expect(page.get_by_label("Voice", exact=True)).to_have_value("Aria (the checkpoint's voice)")
         choose(page, "Fixture (added 20")
         again = run_once(page, outputs)
-        live = talk_live_record(browser, demo.local_url, "Fixture")
+        live = talk_live_record(browser, demo.local_url, "Fixture", tmp_path / "quiet.wav")
         page.get_by_role("button", name="Voices: add one from a recording, hear one, rename, remove").click()
         page.locator("#vc-voice-name").get_by_role("textbox").fill("Fixture Two")
         page.locator("#vc-voice-rename").click()
@@ -121,14 +121,34 @@ def test_a_voice_added_in_the_app_changes_the_answer_and_survives_a_restart(brow
     assert again["voice"] == "Fixture" and again["audio_codes"] == in_fixture["audio_codes"]
     assert again["text_tokens"] == in_fixture["text_tokens"]
     assert live["source"] == "live" and live["voice"] == "Fixture"
+    assert (outputs / "voices" / "Mic" / "prompt.wav").is_file()  # what Talk live added stays
 
 
-def talk_live_record(browser, url: str, voice: str) -> dict:  # noqa: F811
-    """A short Talk live conversation in ``voice`` (the fake microphone's question), stopped and saved: its record."""
+def talk_live_record(browser, url: str, voice: str, quiet: Path) -> dict:  # noqa: F811
+    """In the Talk live tab: a silent file refused, a voice recorded from the (fake) microphone added and heard; then
+    a short conversation in ``voice``, stopped and saved: its record."""
     page = open_tab(browser, url)
-    select = page.locator("#live-voice")
+    select, line = page.locator("#live-voice"), page.locator("#live-voice-line")
     expect(select.locator("option")).to_have_count(2, timeout=TIMEOUT)
     assert select.locator("option").all_inner_texts()[0] == "Aria (the checkpoint's voice)"
+    page.get_by_text("Add a voice from a recording").click()
+    page.locator("#live-voice-file").set_input_files(str(quiet))
+    page.locator("#live-voice-name").fill("Quiet")
+    page.locator("#live-voice-add").click()
+    expect(line).to_have_text("Not added: the recording is silent (its loudest 20 ms is at -200 dBFS); record a few "
+                              "seconds of speech closer to the microphone", timeout=TIMEOUT)
+    page.locator("#live-voice-record").click()
+    expect(line).to_contain_text("Recorded 5 s from the microphone", timeout=TIMEOUT)
+    page.locator("#live-voice-name").fill("Mic")
+    page.locator("#live-voice-add").click()
+    expect(line).to_contain_text("Added Mic (added 20", timeout=TIMEOUT)
+    expect(line).to_contain_text("from microphone.webm")
+    expect(select.locator("option")).to_have_count(3)
+    expect(select).to_have_value("Mic")
+    page.locator("#live-voice-hear").click()
+    expect(line).to_have_text(f"Mic: \u201c{PREVIEW_SENTENCE}\u201d", timeout=TIMEOUT)
+    expect(page.locator("#live-voice-audio")).to_have_attribute("src", re.compile("^/live/voice/heard/Mic-.*wav$"))
+    save(page.locator("#live-panel"), "live_voices.png")
     select.select_option(voice)
     expect(page.locator("#live-start")).to_be_enabled(timeout=TIMEOUT)
     page.locator("#live-start").click()

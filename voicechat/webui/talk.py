@@ -12,6 +12,9 @@ module serves those files and what the page asks the server:
                                    client, and Realtime tools are run by the client)
     POST /live/save/{session_id}   write the conversation: a stereo WAV (user left, assistant right, on the 80 ms
                                    timeline) and conversation.json (voicechat.result.conversation_json)
+    POST /live/voice/add           a voice from a recording (form: name, file), into the app's library
+    POST /live/voice/hear          the voice ``name`` saying the fixed sentence -> the WAV's URL
+    GET  /live/voice/heard/{name}  that WAV
     GET  /live/files/{session_id}/{name}   the saved files
 
 One live conversation at a time (one model): the Realtime server turns a second one away; the status says since when
@@ -24,6 +27,7 @@ import asyncio
 import collections
 import html
 import json
+import tempfile
 import threading
 import time
 import weakref
@@ -32,22 +36,24 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from fastapi import APIRouter, Body, HTTPException
+from fastapi import APIRouter, Body, File, Form, HTTPException, UploadFile
 from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
 from voicechat import engine as eng
 from voicechat.audio import duration_words, to_float32, write_wav
 from voicechat.config import GenerationConfig
+from voicechat.errors import VoiceChatError
 from voicechat.live import stereo_timeline
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
 from voicechat.result import conversation_json
 from voicechat.tools import BUILTIN_TOOLS
 from voicechat.tools.calls import TIMEOUT_RESULT
 from voicechat.tools.runner import ToolRunner
-from voicechat.voices import LIBRARY_FOLDER
+from voicechat.voices import PREVIEW_SENTENCE
 
 from . import stream
+from .voices import VoiceActions
 
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_URL = "/webui"  # the page's JS modules and worklets
@@ -243,8 +249,9 @@ class TalkLive:
     def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = ""):
         self.engine, self.outputs, self.demo_mode, self.system_prompt = engine, Path(outputs), demo_mode, system_prompt
         self.recorder = Recorder()
+        self.voices = VoiceActions(engine, self.outputs)  # the library Record and run's Voices panel changes too
         self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder,
-                                       voices=self.outputs / LIBRARY_FOLDER)  # Record and run's Voices add to it
+                                       voices=self.voices.library().folder)
         self.speed = SpeedCheck(engine)
         self.lag_limit_s = LAG_LIMIT_S
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
@@ -268,6 +275,9 @@ class TalkLive:
         router.add_api_route(f"{API}/tool", self.run_tool, methods=["POST"])
         router.add_api_route(f"{API}/save/{{session_id}}", self.save, methods=["POST"])
         router.add_api_route(f"{API}/files/{{session_id}}/{{name}}", self.file, methods=["GET"])
+        router.add_api_route(f"{API}/voice/add", self.add_voice, methods=["POST"])
+        router.add_api_route(f"{API}/voice/hear", self.hear_voice, methods=["POST"])
+        router.add_api_route(f"{API}/voice/heard/{{name}}", self.heard_voice, methods=["GET"])
         router.mount(STATIC_URL, StaticFiles(directory=STATIC), name="webui")
         return [*router.routes, *stream.ANSWERS.routes()]  # and the record-and-run answers' streams
 
@@ -281,7 +291,7 @@ class TalkLive:
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()],
-                "voices": [{"name": v.name, "label": v.describe()} for v in self.realtime.library().voices()]}
+                "voices": [{"name": v.name, "label": v.describe()} for v in self.voices.library().voices()]}
 
     def measure(self) -> dict:
         self.speed.start()
@@ -350,6 +360,36 @@ class TalkLive:
         js.write_text(json_text(record))
         return wav, js
 
+    async def add_voice(self, name: str = Form(""), file: UploadFile = File()) -> dict:
+        """A voice from an uploaded recording (a file, or what the page recorded from the microphone); a bad one is
+        refused with one line (HTTP 400)."""
+        data = await file.read()
+        try:
+            voice = await asyncio.to_thread(self.store_voice, name, file.filename or "recording", data)
+        except VoiceChatError as e:
+            raise HTTPException(status_code=400, detail=str(e))
+        return {"added": voice.describe(), "name": voice.name}
+
+    def store_voice(self, name: str, filename: str, data: bytes):
+        """The upload as a file of its own name's kind (the decoders look at its suffix too), made a voice."""
+        with tempfile.TemporaryDirectory(dir=self.outputs) as folder:
+            recording = Path(folder) / Path(filename).name
+            recording.write_bytes(data)
+            return self.voices.add(name, recording, recording.name)
+
+    async def hear_voice(self, name: str = Body(embed=True)) -> dict:
+        try:
+            voice, wav = await asyncio.to_thread(self.voices.hear, name)
+        except VoiceChatError as e:
+            raise HTTPException(status_code=400, detail=str(e))
+        return {"wav": f"{API}/voice/heard/{wav.name}", "text": f"{voice.name}: \u201c{PREVIEW_SENTENCE}\u201d"}
+
+    def heard_voice(self, name: str) -> FileResponse:
+        wav = self.voices.previews / name
+        if Path(name).name != name or not wav.is_file():
+            raise HTTPException(status_code=404, detail="no such preview")
+        return FileResponse(wav, media_type="audio/wav")
+
     def file(self, session_id: str, name: str) -> FileResponse:
         conversation = self.recorder.get(session_id)
         files = {p.name: p for p in (conversation.files or ())} if conversation is not None else {}
@@ -405,8 +445,20 @@ def panel_html(system_prompt: str) -> str:
     descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
-  <label class="vc-live-label" for="live-voice">Voice (add one under Record and run, Voices)</label>
-  <select id="live-voice" class="vc-live-select"></select>
+  <label class="vc-live-label" for="live-voice">Voice (the checkpoint's, or one added here or under Record and
+    run)</label>
+  <div class="vc-live-row"><select id="live-voice" class="vc-live-select"></select>
+    <button id="live-voice-hear" class="vc-live-link">Hear it</button></div>
+  <details class="vc-live-voices"><summary>Add a voice from a recording (3 s or more of one person speaking)</summary>
+    <div class="vc-live-row">
+      <input type="file" id="live-voice-file" accept="audio/*,.m4a,.flac,.ogg,.opus,.webm">
+      <button id="live-voice-record" class="vc-live-button">Record 5 s</button>
+      <input type="text" id="live-voice-name" class="vc-live-name" placeholder="Name, e.g. Maya" maxlength="32">
+      <button id="live-voice-add" class="vc-live-button">Add</button>
+    </div>
+  </details>
+  <div id="live-voice-line" class="vc-live-hint"></div>
+  <audio id="live-voice-audio" controls hidden></audio>
   <label class="vc-live-label" for="live-prompt">System prompt (read before the conversation starts)</label>
   <textarea id="live-prompt" rows="2">{html.escape(system_prompt)}</textarea>
   <div class="vc-live-columns">
@@ -459,6 +511,9 @@ CSS = """
 .vc-live-label {font-weight: 600; font-size: .9em; opacity: .85;}
 .vc-live-select {max-width: 28em; border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
   background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}
+.vc-live-name {border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
+  background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}
+.vc-live-voices summary {cursor: pointer; font-size: .92em;}
 .vc-live textarea {width: 100%; border-radius: 8px; padding: 6px 8px; border: 1px solid var(--border-color-primary);
   background: var(--input-background-fill); color: var(--body-text-color); font: inherit;}
 .vc-live-columns {display: grid; grid-template-columns: 1fr 1fr; gap: 12px;}

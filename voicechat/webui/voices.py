@@ -1,9 +1,10 @@
-"""The app's Voice control (docs/voices.md): which voice the answer is spoken in, and the voice library's panel (add
-a voice from the microphone or a file, hear a voice say a fixed sentence, rename, remove).
+"""The app's Voice controls (docs/voices.md): which voice the answer is spoken in, and the voice library's actions
+(add a voice from the microphone or a file, hear a voice say a fixed sentence, rename, remove).
 
-The library lives in ``<outputs>/voices`` (voicechat/voices.py), so it survives a restart and the Talk live tab
-(voicechat/webui/talk.py, through the Realtime server) offers the same voices. The handlers touch files and numpy
-only; a preview is a job of the engine, like a Run.
+The library lives in ``<outputs>/voices`` (voicechat/voices.py), so it survives a restart and both tabs offer the same
+voices: Record and run through :class:`VoicePanel` (Gradio widgets), Talk live through its own page
+(voicechat/webui/talk.py routes, static/voices.js) on the same :class:`VoiceActions`. The actions touch files and
+numpy only; a preview is a job of the engine, like a Run.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import html
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from voicechat import engine as eng
 from voicechat.audio import write_wav
-from voicechat.errors import AudioInputError, VoiceChatError
+from voicechat.errors import VoiceChatError
 from voicechat.voices import LIBRARY_FOLDER, PREVIEW_SENTENCE, Voice, model_library
 
 VOICE_INFO = "The voice the answer is spoken in: the checkpoint's own, or one added under Voices."
@@ -26,23 +27,57 @@ def voice_status(kind: str, text: str) -> str:
     return f'<div class="vc-voice-line" data-kind="{kind}">{html.escape(text)}</div>'
 
 
-class VoicePanel:
-    """The Voice dropdown and the Voices accordion of a tab; ``build()`` inside the tab's layout returns the
-    dropdown (an input of its Run)."""
+class VoiceActions:
+    """What either tab does with the app's library. Errors are :class:`VoiceChatError`\\ s with one line."""
 
     def __init__(self, engine: eng.Engine, outputs: Path):
         self.engine, self.outputs = engine, Path(outputs)
-        self.dropdown = None
+
+    @property
+    def previews(self) -> Path:
+        return self.outputs / "previews"
 
     def library(self):
         return model_library(self.outputs / LIBRARY_FOLDER, self.engine.model)
 
+    def add(self, name: Optional[str], recording: Union[str, Path], source: str) -> Voice:
+        model = self.engine.model
+        if model is None:
+            raise VoiceChatError("the model is not loaded yet: a voice is made for the model's TTS")
+        return self.library().add((name or "").strip(), recording, config=model.config, source=source)
+
+    def hear(self, name: Optional[str]) -> tuple[Voice, Path]:
+        """The TTS saying the fixed sentence in the voice ``name``, written under ``previews``; waits for the
+        engine (a running answer first)."""
+        voice = self.library().get(name or "")
+        job = self.engine.submit(eng.Request(None, None, speaker=voice, say=PREVIEW_SENTENCE))
+        try:
+            for event in job:
+                if event.kind == eng.DONE:
+                    r = event.answer.result
+                    self.previews.mkdir(parents=True, exist_ok=True)
+                    wav = self.previews / f"{voice.name}-{time.strftime('%Y%m%d-%H%M%S')}.wav"
+                    return voice, write_wav(wav, r.audio, r.sample_rate)
+                if event.terminal:
+                    raise VoiceChatError(event.message)
+        finally:
+            job.cancel()  # the browser went away: free the engine (no-op when finished)
+
+
+class VoicePanel:
+    """Record and run's Voice dropdown and Voices accordion; ``build()`` inside the tab's layout returns the
+    dropdown (an input of its Run)."""
+
+    def __init__(self, engine: eng.Engine, outputs: Path):
+        self.actions = VoiceActions(engine, outputs)
+        self.dropdown = None
+
     def choices(self) -> list[tuple[str, str]]:
-        return [(v.describe(), v.name) for v in self.library().voices()]
+        return [(v.describe(), v.name) for v in self.actions.library().voices()]
 
     def voice(self, name: Optional[str]) -> Optional[Voice]:
         """The chosen voice for a Run (None: the checkpoint's default)."""
-        return self.library().get(name) if name else None
+        return self.actions.library().get(name) if name else None
 
     # ---- the widgets -------------------------------------------------------------------------------------------
     def build(self):
@@ -88,20 +123,13 @@ class VoicePanel:
 
         return gr.Dropdown(choices=self.choices(), value=chosen), voice_status(kind, text)
 
-    def _model_config(self):
-        model = self.engine.model
-        if model is None:
-            raise VoiceChatError("the model is not loaded yet: a voice is made for the model's TTS")
-        return model.config
-
     def add(self, name: Optional[str], recording: Optional[str]) -> tuple:
         import gradio as gr
 
         if not recording:
             return gr.skip(), voice_status("error", "Record the voice or drop a file first.")
         try:
-            voice = self.library().add((name or "").strip(), recording, config=self._model_config(),
-                                       source=Path(recording).name)
+            voice = self.actions.add(name, recording, Path(recording).name)
         except VoiceChatError as e:  # AudioInputError and VoiceError included: one line
             return gr.skip(), voice_status("error", f"Not added: {e}")
         return self._changed(voice.name, "done", f"Added {voice.describe()}; it is chosen now.")
@@ -110,7 +138,7 @@ class VoicePanel:
         import gradio as gr
 
         try:
-            voice = self.library().rename(chosen or "", (name or "").strip())
+            voice = self.actions.library().rename(chosen or "", (name or "").strip())
         except VoiceChatError as e:
             return gr.skip(), voice_status("error", f"Not renamed: {e}")
         return self._changed(voice.name, "done", f"Renamed {chosen} to {voice.name}.")
@@ -119,32 +147,19 @@ class VoicePanel:
         import gradio as gr
 
         try:
-            self.library().remove(chosen or "")
+            self.actions.library().remove(chosen or "")
         except VoiceChatError as e:
             return gr.skip(), voice_status("error", f"Not removed: {e}")
         return self._changed(self.choices()[0][1], "done", f"Removed {chosen}.")
 
     def preview(self, chosen: Optional[str]):
-        """The TTS saying the fixed sentence in the chosen voice (an engine job: it waits for a running answer)."""
+        """The chosen voice saying the fixed sentence (the status line says it is coming first)."""
         import gradio as gr
 
+        yield gr.skip(), voice_status("wait", f"{chosen} is speaking the sentence…")
         try:
-            voice = self.library().get(chosen or "")
-            job = self.engine.submit(eng.Request(None, None, speaker=voice, say=PREVIEW_SENTENCE))
-        except (VoiceChatError, AudioInputError) as e:
+            voice, wav = self.actions.hear(chosen)
+        except VoiceChatError as e:
             yield gr.skip(), voice_status("error", f"Cannot play it: {e}")
             return
-        yield gr.skip(), voice_status("wait", f"{voice.name} is speaking the sentence…")
-        try:
-            for event in job:
-                if event.kind == eng.DONE:
-                    r = event.answer.result
-                    folder = self.outputs / "previews"
-                    folder.mkdir(parents=True, exist_ok=True)
-                    wav = write_wav(folder / f"{voice.name}-{time.strftime('%Y%m%d-%H%M%S')}.wav", r.audio,
-                                    r.sample_rate)
-                    yield str(wav), voice_status("done", f"{voice.name}: \u201c{PREVIEW_SENTENCE}\u201d")
-                elif event.terminal:
-                    yield gr.skip(), voice_status("error", f"Cannot play it: {event.message}")
-        finally:
-            job.cancel()  # the browser went away: free the engine (no-op when finished)
+        yield str(wav), voice_status("done", f"{voice.name}: \u201c{PREVIEW_SENTENCE}\u201d")

@@ -7,6 +7,7 @@
 // window.voicechatLive is this object (tests read `player.stats`, users' scripts may too).
 import { Microphone, Player, bytesToBase64, pcm16ToFloat } from './audio.js';
 import { LagGuard, LIMIT_MS } from './lag.js';
+import { VoiceControls } from './voices.js';
 
 const API = '/live';
 const RATE = 24000; // the Realtime API's PCM16 rate, both ways
@@ -37,6 +38,7 @@ class LiveTalk {
     this.el.stop.addEventListener('click', () => this.stop('done', 'Stopped', 'You ended the conversation.'));
     this.el.save.addEventListener('click', () => this.save());
     this.el.measure.addEventListener('click', () => this.measure());
+    this.voices = new VoiceControls(root, () => this.el.voice.value, (name) => this.voiceAdded(name));
     window.addEventListener('pagehide', () => this.socket && this.socket.close(1000));
     this.state = 'idle'; // idle, connecting, queued, live, stopped
     this.server = null; // the last /live/status
@@ -92,6 +94,11 @@ class LiveTalk {
     const chosen = names.includes(select.value) ? select.value : names[0];
     select.replaceChildren(...voices.map((v) => new Option(v.label, v.name)));
     select.value = chosen;
+  }
+
+  async voiceAdded(name) {
+    this.showVoices((await (await fetch(`${API}/status`)).json()).voices);
+    this.el.voice.value = name;
   }
 
   async measure() {
