@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -52,29 +52,28 @@ class VoiceError(VoiceChatError):
 
 @dataclass(frozen=True)
 class Voice:
-    """A voice of the library. ``prompt`` is the audio prompt (float32 at ``sample_rate``), None for the
-    checkpoint's voices."""
+    """A voice of the library: the checkpoint's (``created`` empty) or an added one, whose ``prompt`` is the audio
+    prompt (float32 at ``sample_rate``) once :meth:`VoiceLibrary.get` has read it (a listing reads names only)."""
 
     name: str
     created: str = ""  # when it was added, ISO 8601 ("" for the checkpoint's)
-    source: str = ""  # the recording's file name ("" for the checkpoint's)
+    source: str = ""  # the recording's file name
+    seconds: float = 0.0  # the prompt's length
     prompt: Optional[np.ndarray] = None
     sample_rate: int = 0
 
     @property
     def builtin(self) -> bool:
-        return self.prompt is None
+        return not self.created
 
     @property
     def speaker(self) -> Any:
         """What ``Model._speaker`` resolves: None (the default), a latent name, or (samples, rate)."""
         if self.builtin:
             return None if self.name == DEFAULT else self.name
+        if self.prompt is None:
+            raise ValueError(f"the voice {self.name} was listed, not read: take it from VoiceLibrary.get")
         return self.prompt, self.sample_rate
-
-    @property
-    def seconds(self) -> float:
-        return 0.0 if self.builtin else len(self.prompt) / self.sample_rate
 
     def describe(self) -> str:
         """One line: the name, and the date and recording it was made from."""
@@ -153,7 +152,7 @@ class VoiceLibrary:
     def voices(self) -> list[Voice]:
         """Every voice: the checkpoint's first, then the added ones in the order they were added."""
         folders = sorted(self.folder.iterdir()) if self.folder is not None and self.folder.is_dir() else []
-        added = [self._read(d) for d in folders]
+        added = [self._read(d, prompt=False) for d in folders]
         added = sorted((v for v in added if v is not None), key=lambda v: (v.created, v.name))
         return [Voice(name) for name in self.speakers] + added
 
@@ -171,14 +170,14 @@ class VoiceLibrary:
             raise VoiceError(f"no voice called {name!r}; the voices are: {', '.join(self.names())}")
         return voice
 
-    def _read(self, folder: Path) -> Optional[Voice]:
-        """The voice stored in ``folder``, or None when it holds none."""
-        info, prompt = folder / INFO_FILE, folder / PROMPT_FILE
-        if not (info.is_file() and prompt.is_file()):
+    def _read(self, folder: Path, prompt: bool = True) -> Optional[Voice]:
+        """The voice stored in ``folder`` (with its prompt, or its description only), or None when it holds none."""
+        info, wav = folder / INFO_FILE, folder / PROMPT_FILE
+        if not (info.is_file() and wav.is_file()):
             return None
         meta = json.loads(info.read_text())
-        samples, rate = read_audio(prompt)
-        return Voice(meta["name"], meta["created"], meta["source"], samples, rate)
+        voice = Voice(meta["name"], meta["created"], meta["source"], meta["seconds"], sample_rate=meta["sample_rate"])
+        return replace(voice, prompt=read_audio(wav)[0]) if prompt else voice
 
     # ---- changing -----------------------------------------------------------------------------------------------
     def add(self, name: str, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, *,
@@ -195,8 +194,8 @@ class VoiceLibrary:
             samples = to_float32(audio)
         prompt = audio_prompt(samples, int(sample_rate), config)
         created = datetime.now().astimezone().isoformat(timespec="microseconds")  # orders voices added in a second
-        voice = Voice(name, created, source or "recording", prompt,
-                      config.codec.sample_rate)
+        rate = config.codec.sample_rate
+        voice = Voice(name, created, source or "recording", round(len(prompt) / rate, 3), prompt, rate)
         self._write(voice)
         return voice
 
@@ -204,7 +203,7 @@ class VoiceLibrary:
         voice = self._added(name)
         if new_name.casefold() != name.casefold():
             self._check_free(new_name)
-        renamed = Voice(new_name, voice.created, voice.source, voice.prompt, voice.sample_rate)
+        renamed = replace(voice, name=new_name)
         (self.folder / name).rename(self.folder / new_name)
         self._write_info(renamed)
         return renamed
@@ -238,8 +237,8 @@ class VoiceLibrary:
         self._write_info(voice)
 
     def _write_info(self, voice: Voice) -> None:
-        info = {"name": voice.name, "created": voice.created, "source": voice.source,
-                "seconds": round(voice.seconds, 3), "sample_rate": voice.sample_rate}
+        info = {"name": voice.name, "created": voice.created, "source": voice.source, "seconds": voice.seconds,
+                "sample_rate": voice.sample_rate}
         (self.folder / voice.name / INFO_FILE).write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n")
 
 
