@@ -106,6 +106,8 @@ def test_a_voice_added_in_the_app_changes_the_answer_and_survives_a_restart(brow
         choose(page, "Fixture (added 20")
         again = run_once(page, outputs)
         live = talk_live_record(browser, demo.local_url, "Fixture", tmp_path / "quiet.wav")
+        choose(page, "Mic (added 20")  # added in Talk live: listed here once the dropdown is opened
+        choose(page, "Fixture (added 20")
         page.get_by_role("button", name="Voices: add one from a recording, hear one, rename, remove").click()
         page.locator("#vc-voice-name").get_by_role("textbox").fill("Fixture Two")
         page.locator("#vc-voice-rename").click()

@@ -101,6 +101,9 @@ class VoicePanel:
             heard = gr.Audio(label="The chosen voice", type="filepath", interactive=False, autoplay=True,
                              elem_id="vc-voice-heard")
         changes = [self.dropdown, line]
+        # voices added in Talk live, or by the command line, appear when the dropdown is opened
+        self.dropdown.focus(self.refreshed, self.dropdown, self.dropdown, api_visibility="private", queue=False,
+                            show_progress="hidden")
         add.click(self.add, [name, recording], changes, api_name="add_voice", queue=False)
         rename.click(self.rename, [self.dropdown, name], changes, api_name="rename_voice", queue=False)
         remove.click(self.remove, self.dropdown, changes, api_name="remove_voice", queue=False)
@@ -118,6 +121,14 @@ class VoicePanel:
         return gr.Dropdown(choices=choices, value=choices[0][1])
 
     # ---- the handlers ------------------------------------------------------------------------------------------
+    def refreshed(self, chosen: Optional[str]):
+        """The library's voices now; the choice kept while it exists."""
+        import gradio as gr
+
+        choices = self.choices()
+        names = [name for _, name in choices]
+        return gr.Dropdown(choices=choices, value=chosen if chosen in names else names[0])
+
     def _changed(self, chosen: str, kind: str, text: str) -> tuple:
         import gradio as gr
 
