@@ -199,6 +199,8 @@ def test_the_voices_command_lists_adds_renames_removes(tmp_path):
     assert (tmp_path / "outputs" / "voices" / "Maya Two" / "prompt.wav").is_file()
     p = cli("voices", "remove", *aria, "Maya Two", cwd=tmp_path)
     assert p.returncode == 0 and not (tmp_path / "outputs" / "voices" / "Maya Two").exists()
+    p = cli("voices", "list", "--model", str(NEMO / "tiny_model"), cwd=tmp_path)  # its voice is a reference WAV
+    assert (p.returncode, p.stdout) == (0, "default (the checkpoint's voice)\n")
 
 
 def test_generate_with_a_voice_writes_what_the_wav_speaker_writes(tmp_path):

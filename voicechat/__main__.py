@@ -157,7 +157,7 @@ def voice_library(a: argparse.Namespace, config):
     """The library at --voices, after the checkpoint's default voice (``default`` for --demo, built at load)."""
     from .voices import DEFAULT, VoiceLibrary
 
-    return VoiceLibrary(Path(a.voices).expanduser(), [config.speaker_name if config else DEFAULT])
+    return VoiceLibrary(Path(a.voices).expanduser(), [(config.speaker_name if config else None) or DEFAULT])
 
 
 def chosen_voice(a: argparse.Namespace):
