@@ -24,7 +24,7 @@ import pytest
 from conftest import HARNESS_TTS, HARNESS_WAV, NEMO
 import voicechat
 from voicechat import GenerationConfig
-from voicechat.benchmarks.mlx_audio_convert import convert
+from bench.mlx_audio_convert import convert
 from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.config import parse_rnnt
 from voicechat.layouts import PROJECTION

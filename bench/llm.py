@@ -1,8 +1,8 @@
 """LLM (Nemotron-H + embedding + text and function heads) at the real Nano-9B-v2 geometry, random weights quantized
 4-bit group 64, float32 activations and scales: one decode step, its op count, and a prompt prefill.
 
-    python -m voicechat.benchmarks.llm            # the full 56-layer model (6.5 GB peak; ~12 min on 2 CPU cores)
-    python -m voicechat.benchmarks.llm --subset   # one layer of each kind, extrapolated to the 56-layer pattern
+    python -m bench.llm            # the full 56-layer model (6.5 GB peak; ~12 min on 2 CPU cores)
+    python -m bench.llm --subset   # one layer of each kind, extrapolated to the 56-layer pattern
 
 Weights are created and quantized one module at a time (random float32, quantize, evaluate), so only one float
 layer (or vocabulary matrix, 2.3 GB) exists at a time.
@@ -14,16 +14,15 @@ import argparse
 import time
 from collections import Counter
 from dataclasses import replace
-
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from voicechat import compute
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from . import count_ops, peak_memory_gb, summary, time_calls
-from ..config import NANO_9B_V2_CONFIG, LLMConfig, ModelConfig, parse_llm
-from ..stt import lm
-from ..stt.nemotron_h import LLMCache, NemotronH
+from voicechat.config import NANO_9B_V2_CONFIG, LLMConfig, ModelConfig, parse_llm
+from voicechat.stt import lm
+from voicechat.stt.nemotron_h import LLMCache, NemotronH
 
 KINDS = {"M": "Mamba-2", "-": "MLP", "*": "attention"}
 

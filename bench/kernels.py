@@ -1,6 +1,6 @@
 """What one graph node costs on this device, per node, with and without ``mx.compile``:
 
-    python -m voicechat.benchmarks.kernels
+    python -m bench.kernels
 
 Views (reshape, transpose), an elementwise add, and a one-row bfloat16 linear layer of 1024 -> 1024 written the ways
 the engine could write it (``addmm`` with its bias, matmul then add, the weight transposed per call or once, 3-D or
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import statistics
 import time
-
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 STEPS = 300

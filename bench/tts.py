@@ -1,6 +1,6 @@
 """EAR-TTS speed at the release's dimensions (random weights, float32): warm-up (37 frames) and one 80 ms step.
 
-    python -m voicechat.benchmarks.tts [--steps 5] [--warmups 1]
+    python -m bench.tts [--steps 5] [--warmups 1]
 
 Prints wall time, graph size (``count_ops``) and the most frequent primitives of each.
 """
@@ -16,9 +16,9 @@ from . import count_ops, op_histogram, peak_memory_gb, summary, time_calls
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..config import CharEncoderConfig, GemmaConfig, MoGConfig, TTSConfig, gemma_layer_types
-from ..tts.eartts import RVQEARTTSModel, warmup_inputs
-from ..tts.mog import KeyNoise
+from voicechat.config import CharEncoderConfig, GemmaConfig, MoGConfig, TTSConfig, gemma_layer_types
+from voicechat.tts.eartts import RVQEARTTSModel, warmup_inputs
+from voicechat.tts.mog import KeyNoise
 
 TEXT_VOCAB_SIZE = 131072  # Nemotron tokenizer
 FRAMES = 37  # warm-up frames of a 3 s prompt

@@ -1,6 +1,6 @@
 """Speech input path at the release's dimensions (random weights, float32): log-mel frontend, FastConformer + proj.
 
-    python -m voicechat.benchmarks.encoder [--seconds 10 60 120] [--runs 1]
+    python -m bench.encoder [--seconds 10 60 120] [--runs 1]
 
 Prints wall time per call and peak memory (with the weights, and above them) for each input length.
 """
@@ -8,14 +8,12 @@ Prints wall time per call and peak memory (with the weights, and above them) for
 from __future__ import annotations
 
 import argparse
-
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_map
 
-from ..config import AudioConfig, EncoderConfig, PreprocessorConfig
-from ..stt.fastconformer import subsampled_length
-from ..stt.perception import Perception
+from voicechat.config import AudioConfig, EncoderConfig, PreprocessorConfig
+from voicechat.stt.fastconformer import subsampled_length
+from voicechat.stt.perception import Perception
 from . import peak_memory_gb, summary, time_calls
 
 SAMPLE_RATE = 16000

@@ -1,6 +1,6 @@
 """Codec speed at the release's dimensions (random weights, float32): full decode, streaming decode, encode.
 
-    python -m voicechat.benchmarks.codec [--frames 50] [--stream-frames 12] [--encode-frames 38] [--runs 2]
+    python -m bench.codec [--frames 50] [--stream-frames 12] [--encode-frames 38] [--runs 2]
 
 Prints seconds and the multiple of real time (audio seconds / compute seconds; > 1 is faster than real time).
 """
@@ -15,8 +15,8 @@ from . import peak_memory_gb, summary, time_calls
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..config import CodecConfig
-from ..tts.codec import AudioCodec
+from voicechat.config import CodecConfig
+from voicechat.tts.codec import AudioCodec
 
 FRAME_SECONDS = 0.08  # one code frame: 1764 samples at 22.05 kHz
 
