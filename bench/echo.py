@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from voicechat.audio import read_audio, resample
+from voicechat.benchmarks.workload import QUESTION
 from voicechat.devices import EchoCanceller
 
-QUESTION = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nemo" / "question_16k.wav"
 RATE = EchoCanceller.RATE
 STEP = EchoCanceller.FRAME
 

@@ -17,7 +17,7 @@ import numpy as np
 import mlx.core as mx
 
 from voicechat.session import Session
-from . import op_histogram
+from voicechat.benchmarks import op_histogram
 from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input
 

@@ -1,7 +1,7 @@
 """The fourth checkpoint layout (voicechat/layouts.py): folders written by mlx-audio 0.6.2's own converter.
 
 NVIDIA's NeMo checkpoints (tests/fixtures/nemo) are converted at test time by mlx-audio's real converter, run in
-its venv (voicechat/benchmarks/mlx_audio_convert.py; ../shared/reference/peer-harness/setup.sh builds the venv). The
+its venv (bench/mlx_audio_convert.py; ../shared/reference/peer-harness/setup.sh builds the venv). The
 converted folder must give back NeMo's tensors, config and outputs. Skipped when that venv is absent: the converted
 tiny folder is 4.6 MB, too large to commit.
 """
