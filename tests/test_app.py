@@ -221,7 +221,7 @@ def test_one_frame_count_from_start_to_end(served):
     model.gate = None
     gate.release()
     done = text_of(job.result(timeout=60)[OUT["status"]])
-    assert f"Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
+    assert "Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
 
 
 def test_every_run_reaches_the_engine_at_once(served):
