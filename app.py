@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
 from voicechat.audio import check_recording, check_upload, duration_words, read_audio, write_wav  # noqa: E402
-from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
+from voicechat.config import NVIDIA_SAMPLING, OUTPUT_SAMPLE_RATE, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, system_prompt as tool_prompt  # noqa: E402
@@ -501,7 +501,7 @@ class RecordAndRun:
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
-        answer = stream.ANSWERS.open(stream.ANSWER_RATE)  # heard while it is generated (voicechat/webui/stream.py)
+        answer = stream.ANSWERS.open(OUTPUT_SAMPLE_RATE)  # heard while it is generated (voicechat/webui/stream.py)
         try:
             yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **cleared)
             yield from self._follow(job, ask, answer)

@@ -215,7 +215,7 @@ def cmd_live(a: argparse.Namespace) -> int:
 
 
 def add_live_parser(sub) -> None:
-    from .live import DEFAULT_MAX_LAG
+    from .config import MAX_LAG_SECONDS
 
     v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
     add_model_arguments(v, demo=True)
@@ -236,8 +236,8 @@ def add_live_parser(sub) -> None:
     v.add_argument("--fast", action="store_true", help="with --input-file and --output-file: faster than real time")
     v.add_argument("--tail", type=float, default=4.0, help="seconds of silence after --input-file (default 4)")
     v.add_argument("--seconds", type=float, help="stop after this many seconds")
-    v.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG,
-                   help=f"stop when the model falls this many seconds behind real time (default {DEFAULT_MAX_LAG:g}; "
+    v.add_argument("--max-lag", type=float, default=MAX_LAG_SECONDS,
+                   help=f"stop when the model falls this many seconds behind real time (default {MAX_LAG_SECONDS:g}; "
                         f"0 = never); tool calls hold your audio on purpose and are not counted")
     v.add_argument("--echo-cancel", action="store_true",
                    help="remove the speaker's sound from the microphone (WebRTC AEC3; pip install livekit), so "

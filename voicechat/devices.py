@@ -17,9 +17,9 @@ from typing import Optional
 
 import numpy as np
 
+from .config import FRAME_SECONDS, INPUT_SAMPLE_RATE
 from .errors import AudioDeviceError
 
-FRAME_SECONDS = 0.08  # one timeline position (docs/model.md §1.2): the session hands over audio this much at a time
 FAST_AHEAD = 0.32  # a fast file microphone: seconds of input handed over ahead of what the session consumed
 STALL_SECONDS = 3.0  # a device whose callback has not run for this long has stopped (PortAudio on macOS does not
 #                      always report a device that went away: its callbacks just stop)
@@ -389,7 +389,7 @@ class EchoCanceller:
     removes it from what the microphone heard (``clean``). Both at 16 kHz; it works on 10 ms frames, so ``clean``
     holds back up to 10 ms."""
 
-    RATE = 16000
+    RATE = INPUT_SAMPLE_RATE  # it cleans what the model is to hear
     FRAME = RATE // 100
 
     def __init__(self, delay_ms: int):
