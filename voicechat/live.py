@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,13 @@ def status_line(stats: LiveStats, lag: float, buffered: float, underruns: int) -
             f" | buffered {1000 * buffered:.0f} ms | late frames {s['late_frames']} | underruns {underruns}")
 
 
+def terminal_text(text: str) -> str:
+    """``text`` with its control characters other than newline and tab escaped (``\\x1b``): a model's text can hold
+    any character, and raw ones would move the cursor or recolour the terminal."""
+    return "".join(c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" and c not in "\n\t" else c
+                   for c in text)
+
+
 class TerminalView:
     """The conversation as it happens: a labelled line per speaker turn ("you", "assistant", "function"), one line
     per tool event, and a status line under them. On a terminal the open line and the status line are redrawn in
@@ -97,7 +105,7 @@ class TerminalView:
             self.end_line()
             self.speaker = speaker
             text = text.lstrip()
-        self.open += text
+        self.open += terminal_text(text)
 
     def end_line(self) -> None:
         if self.speaker is not None and self.open.strip():
@@ -107,7 +115,7 @@ class TerminalView:
     def note(self, line: str) -> None:
         """A line of its own (tool calls, messages), after the open line."""
         self.end_line()
-        self.done.append(line)
+        self.done.append(terminal_text(line))
 
     def show(self, status: str, now: float, force: bool = False) -> None:
         self.status = status
