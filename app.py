@@ -115,12 +115,25 @@ CSS = """
 #vc-downloads .empty .icon {display: none;}
 """ + timeline.CSS
 
-# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed.
+# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed; when Run is off
+# (an answer running or cancelling, no model yet) a note says so for a few seconds instead of dropping the key.
 SHORTCUTS_JS = """
 () => document.addEventListener('keydown', (event) => {
   if (event.key !== 'Enter' || !(event.ctrlKey || event.metaKey)) return;
-  const run = [...document.querySelectorAll('.vc-run')].find((b) => b.offsetParent !== null && !b.disabled);
-  if (run) { event.preventDefault(); run.click(); }
+  const shown = [...document.querySelectorAll('button.vc-run')].filter((b) => b.offsetParent !== null);
+  const run = shown.find((b) => !b.disabled);
+  if (run) { event.preventDefault(); run.click(); return; }
+  if (!shown.length) return;
+  event.preventDefault();
+  const state = document.querySelector('#vc-status .vc-title');
+  let note = document.getElementById('vc-shortcut-note');
+  if (!note) {
+    note = Object.assign(document.createElement('div'), { id: 'vc-shortcut-note', role: 'status' });
+    shown[0].after(note);
+  }
+  note.textContent = `Run is off${state ? ` (${state.textContent.trim()})` : ''}: press Ctrl+Enter again once it is on.`;
+  clearTimeout(note.timer);
+  note.timer = setTimeout(() => note.remove(), 4000);
 })
 """
 
@@ -208,9 +221,11 @@ def done_status(answer: eng.Answer) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 def timings_markdown(answer: eng.Answer, load_seconds: Optional[float]) -> str:
     r = answer.result
-    stages = {k: v for k, v in r.timings.items() if k != "total"}  # the engine may report its own total
-    total = r.timings.get("total") or sum(stages.values()) or answer.wall_seconds
-    rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / total:.0f}% |" for stage, seconds in stages.items()]
+    wall = answer.wall_seconds
+    # the stages the session times on their own (Result.timings); the rest of the run is the timeline's positions,
+    # each one graph of all four networks (docs/streaming.md), so shares are of the whole run and add up to it
+    stages = {**r.timings, "the 80 ms positions (all else)": max(0.0, wall - sum(r.timings.values()))}
+    rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / wall:.0f}% |" for stage, seconds in stages.items()]
     lines = ["| Stage | Seconds | Share |", "|---|---:|---:|", *rows,
              f"| **total (wall)** | **{answer.wall_seconds:.2f}** | |", "",
              f"{answer.timeline_frames} timeline frames of {1000 * r.frame_seconds:.0f} ms "
@@ -487,7 +502,7 @@ class RecordAndRun:
             return
         try:
             samples, rate = read_audio(audio_path)
-            check_recording(samples, rate)
+            check_recording(samples, rate, name=Path(audio_path).name)
             config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
                                        tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
             ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name,
@@ -730,7 +745,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
               "and in the app).")
     engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo)
-    launch(demo, args.outputs, server_name=args.host, server_port=args.port, share=args.share)
+    # Gradio's own start-up lines would tell to set `share=True` in `launch()`: here it is the --share flag
+    launch(demo, args.outputs, server_name=args.host, server_port=args.port, share=args.share, quiet=True,
+           prevent_thread_lock=True)
+    print(f"* Running on local URL:  {demo.local_url}")
+    print(f"* Running on public URL: {demo.share_url}" if demo.share_url else
+          "* To create a public link too, start the app with --share.", flush=True)
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     json_file = output_file(a.json, "--json")
     gen = generation_config(a)
     samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
-    check_recording(samples, rate, max_seconds=gen.max_input_seconds)
+    check_recording(samples, rate, max_seconds=gen.max_input_seconds, name=recording.name)
     tools = chosen_tools(a)
     t0 = time.perf_counter()
     model = load_model(a, scratch)
