@@ -14,6 +14,8 @@ import pytest
 
 from conftest import NEMO, TESTS
 
+pytestmark = pytest.mark.slow  # each test starts a benchmark process
+
 REPO = TESTS.parent
 TINY = NEMO / "tiny_model_aria"
 PEER_HARNESS = REPO.parent / "shared" / "reference" / "peer-harness"

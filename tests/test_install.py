@@ -20,6 +20,8 @@ import pytest
 from conftest import HARNESS_WAV, TESTS
 from voicechat.random_checkpoint import write_checkpoint
 
+pytestmark = pytest.mark.slow  # each test builds and installs the package into a new venv
+
 REPO = TESTS.parent
 README = (REPO / "README.md").read_text()
 DEFAULT_MODEL = "mlx-community/NemotronLabs-VoiceChat-11B-4bit"

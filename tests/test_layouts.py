@@ -43,9 +43,9 @@ def mlx_audio_python() -> str | None:
 
 
 PYTHON = mlx_audio_python()
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.nemo, pytest.mark.skipif(
     PYTHON is None, reason="mlx-audio 0.6.2's venv is absent (../shared/reference/peer-harness/setup.sh builds it, "
-                           "or set VOICECHAT_MLX_AUDIO_PYTHON): its converter makes the converted folders at test time")
+                           "or set VOICECHAT_MLX_AUDIO_PYTHON): its converter makes the converted folders at test time")]
 ARIA = NEMO / "tiny_model_aria"
 RNNT = NEMO / "rnnt"
 PROMPT = "You are a helpful assistant."
