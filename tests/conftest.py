@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-import voicechat  # noqa: F401  (BLAS preload before mlx)
+import voicechat  # noqa: F401  (first, so that its BLAS preload comes before any test module imports mlx)
 import mlx.core as mx
 import numpy as np
 

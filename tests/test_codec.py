@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-import voicechat  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten
 

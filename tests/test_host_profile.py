@@ -1,7 +1,5 @@
 """bench.host_profile on py-spy's raw format (a stack of frames joined by ';', then a sample count)."""
 
-import conftest  # noqa: F401  (BLAS preload before mlx)
-
 from bench.host_profile import read, shares
 
 RAW = """\
