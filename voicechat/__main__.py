@@ -18,7 +18,7 @@ from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .errors import AudioInputError, ToolError, VoiceChatError
-from .limits import SettingError
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
 
 
 class UsageError(Exception):
@@ -201,6 +201,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    check_port(a.port)
+    check_range("idle_timeout", "--idle-timeout", a.idle_timeout, 0.0)
     try:
         import uvicorn  # noqa: F401
         import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
@@ -209,8 +211,14 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
                          "(or pip install \"voicechat[app]\")") from None
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+          idle_seconds=a.idle_timeout)
     return 0
+
+
+def check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port: give one of 1-65535 (0 picks a free one)")
 
 
 def add_model_arguments(p: argparse.ArgumentParser, demo: bool) -> None:
@@ -231,6 +239,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
+                   help=f"close a connection that sends no audio for this long (default {DEFAULT_IDLE_SECONDS:g}; "
+                        "0 = never)")
     s.set_defaults(func=cmd_serve)
 
 
