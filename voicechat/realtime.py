@@ -568,7 +568,7 @@ class Connection:
         self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
         self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
         self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
-        self.last_audio = asyncio.get_running_loop().time()  # the idle timeout counts from here
+        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
 
     async def run(self) -> None:
@@ -593,7 +593,7 @@ class Connection:
         """Close the connection (through the writer) once no audio has come for ``seconds``: it would hold the
         model for nothing. 0: never."""
         loop = asyncio.get_running_loop()
-        while seconds and (left := self.last_audio + seconds - loop.time()) > 0:
+        while seconds and (left := self.idle_since + seconds - loop.time()) > 0:
             await asyncio.sleep(left)
         if seconds:
             self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
@@ -692,7 +692,7 @@ class Connection:
                                                            "session.update with other settings", "session")
         if await self.ensure_live(required=True):
             self.live.send(samples, RATE)  # the session resamples 24 -> 16 kHz with soxr's stream resampler
-            self.last_audio = asyncio.get_running_loop().time()
+            self.idle_since = asyncio.get_running_loop().time()
             self.heard = self.appended = True
             self.server.notify("heard", self.session_id, samples)
 
@@ -766,6 +766,8 @@ class Connection:
         started = False
         while True:
             event = await events.get()
+            if event.kind in ("queued", "ready"):  # waiting for the model is not idleness: the clock starts again
+                self.idle_since = asyncio.get_running_loop().time()
             if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
                 self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
@@ -850,7 +852,8 @@ class RealtimeServer:
         return router
 
     def authorized(self, websocket) -> bool:
-        """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers)."""
+        """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
+        ``websocket`` may be any Starlette request (app.py's /live/tool asks the same)."""
         if not self.api_key:
             return True
         header = websocket.headers.get("authorization", "")
