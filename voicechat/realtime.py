@@ -64,7 +64,7 @@ LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine 
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
 MAX_BEHIND_SECONDS = 10.0
 CLOSE_NORMAL = 1000
-SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: 4 s of answer events (5.3 KB per frame)
+SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
 PCM = {"type": "audio/pcm", "rate": RATE}
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
 DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
@@ -586,7 +586,7 @@ class Connection:
             self.server.release(self.name)
             log.info("%s: closed", self.name)
             if self.dropped.is_set():  # the close frame waits behind the unread data: the WebSocket library gives
-                # up on it after its close timeout and drops the TCP connection; the model is free meanwhile
+                # up on it after its close timeout and drops the connection (docs/limits.md §2); the model is free
                 await asyncio.gather(self.ws.close(CLOSE_POLICY_VIOLATION, "not reading"), return_exceptions=True)
 
     async def watch_idle(self, seconds: float) -> None:
@@ -925,8 +925,8 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
             raise ServeError(engine.status().message)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # accepted connections inherit it: what the kernel holds for a client that does not read stays a few seconds
-        # of answer (autotuned, it reaches 4 MB: a minute), so MAX_BEHIND_SECONDS is reached soon after
+        # accepted connections inherit it: what the kernel holds for a client that does not read stays small, so
+        # MAX_BEHIND_SECONDS is reached soon after (docs/limits.md §2)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         try:
             sock.bind((host, port))

@@ -80,7 +80,7 @@ def read_heads(stt, state: LMState, hidden: mx.array) -> tuple[mx.array, Optiona
     return text, function
 
 
-PREFILL_CHUNK = 512  # prompt positions per LLM call: bounds a long prompt's attention scores and scan buffers
+PREFILL_CHUNK = 512  # prompt positions per LLM call: bounds a long prompt's memory (docs/limits.md §1)
 
 
 def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array,
@@ -90,8 +90,8 @@ def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array,
     function_logits [B, V] | None); prompt positions predict nothing, so the loop's next previous-token ids are pad.
 
     The positions go in calls of at most ``chunk``, each evaluated before the next: the cache carries them across
-    calls as it carries a conversation's steps, so the result is the one-call prefill's, and a prompt's memory is
-    bounded by the chunk rather than growing with its square (one call over 100 KB of text asked for tens of GB).
+    calls as it carries a conversation's steps, so the result is the one-call prefill's (to float rounding), and a
+    prompt's memory is bounded by the chunk rather than growing with its square.
 
     prompt_ids [B, P]"""
     pad = mx.full(prompt_ids[:, :chunk].shape, state.pad_id, prompt_ids.dtype)

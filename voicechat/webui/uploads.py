@@ -9,7 +9,9 @@ and cuts the uploads folder to a total size after each upload, oldest files firs
 from __future__ import annotations
 
 import asyncio
-import shutil
+import contextlib
+import os
+import threading
 from pathlib import Path
 
 FILE_ROUTE = "/file="  # Gradio's file route (/gradio_api/file=PATH)
@@ -30,30 +32,52 @@ def served_safely(headers: list) -> list:
         (b"content-security-policy", b"sandbox")]
 
 
+def files_by_age(folder: Path, keep: tuple) -> list[tuple[float, int, Path]]:
+    """(modification time, size, path) of each file under ``folder`` but not under its ``keep`` subfolders, oldest
+    first; a file that goes while it is listed (another request's upload or clean-up) is left out."""
+    found = []
+    for root, dirs, names in os.walk(folder):  # os.walk skips a folder that vanishes
+        if Path(root) == folder:
+            dirs[:] = [d for d in dirs if d not in keep]
+        for name in names:
+            try:
+                info = os.stat(os.path.join(root, name))
+            except FileNotFoundError:
+                continue
+            found.append((info.st_mtime, info.st_size, Path(root, name)))
+    return sorted(found)
+
+
 def prune(folder: Path, cap_bytes: int, keep: tuple = ()) -> list[Path]:
     """Remove the oldest files under ``folder`` (not under the ``keep`` subfolders) until the rest take at most
     ``cap_bytes``; returns what was removed. Folders left empty go too."""
-    kept = [folder / name for name in keep]
-    files = [p for p in folder.rglob("*") if p.is_file() and not any(k in p.parents for k in kept)]
-    files.sort(key=lambda p: p.stat().st_mtime)
-    total = sum(p.stat().st_size for p in files)
+    files = files_by_age(folder, keep)
+    total = sum(size for _, size, _ in files)
     removed = []
-    for p in files:
+    for _, size, p in files:
         if total <= cap_bytes:
             break
-        total -= p.stat().st_size
+        total -= size
         p.unlink(missing_ok=True)
         removed.append(p)
-        if p.parent != folder and not any(p.parent.iterdir()):
-            shutil.rmtree(p.parent, ignore_errors=True)
+        if p.parent != folder:
+            with contextlib.suppress(OSError):  # not empty, or gone already
+                p.parent.rmdir()
     return removed
 
 
 class FileGuard:
-    """ASGI middleware: safe file responses (:func:`served_safely`) and the uploads folder kept under its cap."""
+    """ASGI middleware: safe file responses (:func:`served_safely`) and the uploads folder kept under its cap (cut
+    before an upload's response goes out, one clean-up at a time)."""
 
     def __init__(self, app, uploads: Path, cap_bytes: int = UPLOADS_CAP_BYTES, keep: tuple = ()):
         self.app, self.uploads, self.cap_bytes, self.keep = app, Path(uploads), cap_bytes, keep
+        self.pruning = threading.Lock()
+
+    def prune(self) -> None:
+        with self.pruning:
+            if self.uploads.is_dir():
+                prune(self.uploads, self.cap_bytes, self.keep)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -64,6 +88,10 @@ class FileGuard:
                     message = {**message, "headers": served_safely(list(message.get("headers", [])))}
                 await send(message)
             return await self.app(scope, receive, send_safely)
-        await self.app(scope, receive, send)
-        if scope["method"] == "POST" and scope["path"].endswith(UPLOAD_ROUTE) and self.uploads.is_dir():
-            await asyncio.to_thread(prune, self.uploads, self.cap_bytes, self.keep)
+        if scope["method"] == "POST" and scope["path"].endswith(UPLOAD_ROUTE):
+            async def send_after_pruning(message):
+                if message["type"] == "http.response.start":  # the upload is on disk by now
+                    await asyncio.to_thread(self.prune)
+                await send(message)
+            return await self.app(scope, receive, send_after_pruning)
+        return await self.app(scope, receive, send)
