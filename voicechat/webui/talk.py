@@ -253,8 +253,7 @@ class TalkLive:
     def build(self) -> None:
         import gradio as gr
 
-        gr.HTML(panel_html(self.system_prompt, key_required=bool(self.realtime.api_key)), js_on_load=MOUNT_JS,
-                elem_id="live-panel", css_template=CSS)
+        gr.HTML(panel_html(self.system_prompt), js_on_load=MOUNT_JS, elem_id="live-panel", css_template=CSS)
 
     def on_model(self, status: eng.EngineStatus) -> tuple:
         return ()
@@ -390,11 +389,9 @@ def json_text(record: dict) -> str:
 MOUNT_JS = f"import('{STATIC_URL}/live.js').then((m) => m.mountLive(element));"
 
 
-def panel_html(system_prompt: str, key_required: bool = False) -> str:
-    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts. With
-    ``key_required`` (app.py --api-key) a field asks for the key."""
-    key = ('<label class="vc-live-label" for="live-key">API key (the app was started with --api-key)</label>\n'
-           '  <input type="password" id="live-key" autocomplete="off">') if key_required else ""
+def panel_html(system_prompt: str) -> str:
+    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts. The API key
+    field shows when the status says the app needs one (app.py --api-key)."""
     return f"""
 <div class="vc-live" data-state="idle">
   <div class="vc-status vc-wait" id="live-status" data-kind="wait"><div class="vc-title"><span class="vc-dot"></span>
@@ -411,7 +408,8 @@ def panel_html(system_prompt: str, key_required: bool = False) -> str:
     descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
-  {key}
+  <div id="live-key-row" class="vc-live-key" hidden><label class="vc-live-label" for="live-key">API key (the app
+    was started with --api-key)</label> <input type="password" id="live-key" autocomplete="off"></div>
   <label class="vc-live-label" for="live-prompt">System prompt (read before the conversation starts)</label>
   <textarea id="live-prompt" rows="2">{html.escape(system_prompt)}</textarea>
   <div class="vc-live-columns">

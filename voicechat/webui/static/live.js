@@ -32,6 +32,7 @@ class LiveTalk {
       stop: $('live-stop'), meter: $('live-meter'), prompt: $('live-prompt'), transcript: $('live-transcript'),
       assistant: $('live-assistant'), function: $('live-function'), stats: $('live-stats'), save: $('live-save'),
       saved: $('live-saved'), tools: $('live-tools'), measure: $('live-measure'), key: $('live-key'),
+      keyRow: $('live-key-row'),
     };
     this.el.start.addEventListener('click', () => this.start());
     this.el.stop.addEventListener('click', () => this.stop('done', 'Stopped', 'You ended the conversation.'));
@@ -62,6 +63,7 @@ class LiveTalk {
 
   showServer() {
     const { model, speed, busy } = this.server;
+    this.el.keyRow.hidden = !this.server.key_required;
     const busyNow = this.state === 'stopped' && busy.busy ? ` ${busy.text}` : ''; // the card keeps how it ended
     this.el.speed.textContent = (model.state === 'ready' ? speed.text : '') + busyNow;
     this.el.speed.dataset.verdict = speed.verdict;
@@ -119,7 +121,7 @@ class LiveTalk {
     const url = new URL('/v1/realtime?voicechat_frames=1', window.location.href);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     // the app's --api-key rides a subprotocol: a browser cannot set the Authorization header of a WebSocket
-    const key = this.el.key ? this.el.key.value : '';
+    const key = this.server.key_required ? this.el.key.value : '';
     this.socket = new WebSocket(url, key ? ['realtime', `openai-insecure-api-key.${key}`] : []);
     this.socket.onmessage = (message) => this.receive(JSON.parse(message.data));
     this.socket.onclose = (event) => this.closed(event);
@@ -239,7 +241,7 @@ class LiveTalk {
 
   // the model called a tool the page declared: run it on the server, hand the output back to the model
   async runTool(event) {
-    const key = this.el.key ? this.el.key.value : '';
+    const key = this.server.key_required ? this.el.key.value : '';
     const response = await fetch(`${API}/tool`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json', ...(key ? { Authorization: `Bearer ${key}` } : {}) },
