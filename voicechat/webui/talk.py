@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from fastapi import APIRouter, Body, File, Form, HTTPException, UploadFile
+from fastapi import APIRouter, Body, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
 from voicechat import engine as eng
 from voicechat.audio import duration_words, to_float32, write_wav
-from voicechat.config import GenerationConfig
+from voicechat.config import FRAME_SECONDS, INPUT_SAMPLE_RATE, MAX_LAG_SECONDS, GenerationConfig
 from voicechat.errors import VoiceChatError
 from voicechat.live import stereo_timeline
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
@@ -66,8 +66,6 @@ SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a s
 SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many, ...
 SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no moment of load elsewhere makes a machine 4x slower)
 SPEED_RETRY_PAUSE_S = 1.0  # ... a pause between rounds (the page that asked is often still loading)
-SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
-LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (voicechat/webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
 
@@ -166,7 +164,7 @@ class SpeedCheck:
             return None
         frames = SPEED_WARMUP + SPEED_FRAMES
         for _ in range(frames + 1):  # one frame per message: the engine reports (and can stop) after each; one more
-            live.send(np.zeros(SILENCE_FRAME, np.float32), SILENCE_RATE)  # for the mel's look-ahead
+            live.send(np.zeros(round(FRAME_SECONDS * INPUT_SAMPLE_RATE), np.float32), INPUT_SAMPLE_RATE)  # for the mel's look-ahead
         seconds, error = [], ""
         for event in live:
             if event.kind == eng.FRAMES:
@@ -246,14 +244,16 @@ class TalkLive:
 
     model_outputs: tuple = ()  # the page polls /live/status itself: nothing for app.Page to push
 
-    def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = ""):
+    def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = "",
+                 api_key: Optional[str] = None):
+        """``api_key``: what /v1/realtime and /live/tool require (as ``serve --api-key``); the tab asks for it."""
         self.engine, self.outputs, self.demo_mode, self.system_prompt = engine, Path(outputs), demo_mode, system_prompt
         self.recorder = Recorder()
         self.voices = VoiceActions(engine, self.outputs)  # the library Record and run's Voices panel changes too
-        self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder,
+        self.realtime = RealtimeServer(engine, api_key=api_key, model_name=engine.name, observer=self.recorder,
                                        voices=self.voices.library().folder)
         self.speed = SpeedCheck(engine)
-        self.lag_limit_s = LAG_LIMIT_S
+        self.lag_limit_s = MAX_LAG_SECONDS  # the page's lag guard reads it (static/lag.js)
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
         self.writing = threading.Lock()  # one save at a time (a second one of the same conversation finds its files)
 
@@ -290,6 +290,7 @@ class TalkLive:
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
+                "key_required": bool(self.realtime.api_key),
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()],
                 "voices": [{"name": v.name, "label": v.describe()} for v in self.voices.library().voices()]}
 
@@ -297,9 +298,11 @@ class TalkLive:
         self.speed.start()
         return self.status()
 
-    async def run_tool(self, name: str = Body(), arguments: str = Body()) -> dict:
+    async def run_tool(self, request: Request, name: str = Body(), arguments: str = Body()) -> dict:
         """One call of a built-in tool, as the model wrote it (``arguments``: its JSON text) -> ``{"output": the JSON
-        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects."""
+        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects. With an
+        API key, only for ``Authorization: Bearer KEY``."""
+        self.check_key(request)
         return {"output": await asyncio.to_thread(self.tool_output, name, arguments)}
 
     def tool_output(self, name: str, arguments: str) -> str:
@@ -360,9 +363,16 @@ class TalkLive:
         js.write_text(json_text(record))
         return wav, js
 
-    async def add_voice(self, name: str = Form(""), file: UploadFile = File()) -> dict:
+    def check_key(self, request: Request) -> None:
+        """With an API key, only for ``Authorization: Bearer KEY`` (the routes that run tools, write voices or
+        queue work)."""
+        if not self.realtime.authorized(request):
+            raise HTTPException(403, "this app needs its API key: send Authorization: Bearer KEY")
+
+    async def add_voice(self, request: Request, name: str = Form(""), file: UploadFile = File()) -> dict:
         """A voice from an uploaded recording (a file, or what the page recorded from the microphone); a bad one is
         refused with one line (HTTP 400)."""
+        self.check_key(request)
         data = await file.read()
         try:
             voice = await asyncio.to_thread(self.store_voice, name, file.filename or "recording", data)
@@ -377,7 +387,8 @@ class TalkLive:
             recording.write_bytes(data)
             return self.voices.add(name, recording, recording.name)
 
-    async def hear_voice(self, name: str = Body(embed=True)) -> dict:
+    async def hear_voice(self, request: Request, name: str = Body(embed=True)) -> dict:
+        self.check_key(request)
         try:
             voice, wav = await asyncio.to_thread(self.voices.hear, name)
         except VoiceChatError as e:
@@ -428,7 +439,8 @@ MOUNT_JS = f"import('{STATIC_URL}/live.js').then((m) => m.mountLive(element));"
 
 
 def panel_html(system_prompt: str) -> str:
-    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts."""
+    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts. The API key
+    field shows when the status says the app needs one (app.py --api-key)."""
     return f"""
 <div class="vc-live" data-state="idle">
   <div class="vc-status vc-wait" id="live-status" data-kind="wait"><div class="vc-title"><span class="vc-dot"></span>
@@ -445,6 +457,8 @@ def panel_html(system_prompt: str) -> str:
     descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
+  <div id="live-key-row" class="vc-live-key" hidden><label class="vc-live-label" for="live-key">API key (the app
+    was started with --api-key)</label> <input type="password" id="live-key" autocomplete="off"></div>
   <label class="vc-live-label" for="live-voice">Voice (the checkpoint's, or one added here or under Record and
     run)</label>
   <div class="vc-live-row"><select id="live-voice" class="vc-live-select"></select>

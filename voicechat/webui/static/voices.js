@@ -5,8 +5,9 @@ const API = '/live/voice';
 const RECORD_MS = 5000;
 
 export class VoiceControls {
-  // chosen(): the name of the voice selected; added(name): the library changed, `name` is the new voice
-  constructor(root, chosen, added) {
+  // chosen(): the name of the voice selected; added(name): the library changed, `name` is the new voice; key(): the
+  // app's API key ('' when it has none), which adding and hearing need as /live/tool does
+  constructor(root, chosen, added, key) {
     const $ = (id) => root.querySelector(`#${id}`);
     this.el = {
       file: $('live-voice-file'), record: $('live-voice-record'), name: $('live-voice-name'), add: $('live-voice-add'),
@@ -14,11 +15,17 @@ export class VoiceControls {
     };
     this.chosen = chosen;
     this.added = added;
+    this.key = key;
     this.recorded = null; // the microphone's File, until a file is chosen or it is added
     this.el.record.addEventListener('click', () => this.record());
     this.el.add.addEventListener('click', () => this.add());
     this.el.hear.addEventListener('click', () => this.hear());
     this.el.file.addEventListener('change', () => { this.recorded = null; });
+  }
+
+  authorization() {
+    const key = this.key();
+    return key ? { Authorization: `Bearer ${key}` } : {};
   }
 
   say(text) {
@@ -60,7 +67,7 @@ export class VoiceControls {
     this.el.add.disabled = true;
     this.say('Adding…');
     try {
-      const response = await fetch(`${API}/add`, { method: 'POST', body: form });
+      const response = await fetch(`${API}/add`, { method: 'POST', body: form, headers: this.authorization() });
       const answer = await response.json();
       if (!response.ok) {
         this.say(`Not added: ${answer.detail}`);
@@ -81,7 +88,8 @@ export class VoiceControls {
     this.say(`${name} is speaking the sentence…`);
     try {
       const response = await fetch(`${API}/hear`, {
-        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ name }),
+        method: 'POST', headers: { 'Content-Type': 'application/json', ...this.authorization() },
+        body: JSON.stringify({ name }),
       });
       const answer = await response.json();
       if (!response.ok) {
