@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 
 from conftest import HARNESS_TTS, HARNESS_WAV, NEMO, TESTS
+from test_app import guarded  # noqa: F401  (the app started with --api-key)
 import voicechat
 from voicechat import AudioInputError, GenerationConfig
 from voicechat.voices import (DEFAULT, KEEP_SILENCE_SECONDS, PREVIEW_FRAMES_PER_TOKEN, Voice, VoiceError,
@@ -42,6 +43,7 @@ def speech(seconds: float, rate: int = 22050, level: float = 0.3, seed: int = 0)
     return (level * buzz * syllables / 2.3).astype(np.float32)
 
 
+@pytest.mark.nemo
 def test_a_voice_from_the_speaker_wav_gives_nemos_answer(tmp_path):
     """tiny_model's NeMo oracle was made with speaker_22k.wav as the speaker: the library's voice of that WAV gives
     NeMo's ids and codes at every position."""
@@ -241,3 +243,17 @@ def test_live_with_a_voice_gives_the_sessions_codes_in_that_voice(tmp_path):
     assert record["voice"] == "Fixture"
     np.testing.assert_array_equal(record["text_tokens"], expected.text_tokens)
     np.testing.assert_array_equal(record["audio_codes"], expected.audio_codes)
+
+
+def test_the_apps_api_key_guards_adding_and_hearing_voices(guarded):  # noqa: F811
+    """With app.py --api-key, Talk live's voice routes need the key as /live/tool does; a bad name is refused in one
+    line."""
+    import httpx
+
+    url = guarded[0]
+    wav = {"file": ("me.wav", SPEAKER_WAV.read_bytes(), "audio/wav")}
+    assert httpx.post(f"{url}live/voice/add", data={"name": "Me"}, files=wav, timeout=30).status_code == 403
+    assert httpx.post(f"{url}live/voice/hear", json={"name": "Aria"}, timeout=30).status_code == 403
+    keyed = httpx.post(f"{url}live/voice/add", data={"name": "../me"}, files=wav, timeout=30,
+                       headers={"Authorization": "Bearer sesame"})
+    assert keyed.status_code == 400 and keyed.json()["detail"].startswith("'../me' is not a voice name")
