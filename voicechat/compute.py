@@ -104,6 +104,11 @@ def entry(x: mx.array, i: int, axis: int = 0) -> mx.array:
     return mx.take(x, i, axis=axis)
 
 
+def kept_where(active: mx.array, new: mx.array, old: mx.array) -> mx.array:
+    """Row r of ``new`` where ``active[r]``, else row r of ``old`` unchanged (a group's rows that did not step)."""
+    return mx.where(active.reshape(-1, *([1] * (new.ndim - 1))), new, old)
+
+
 def speech_dtype() -> mx.Dtype:
     """Activation and weight dtype of the speech path (encoder, RNNT, EAR-TTS, codec) and the LLM activations."""
     return mx.bfloat16 if on_gpu() else mx.float32

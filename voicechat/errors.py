@@ -36,6 +36,10 @@ class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
 
 
+class SessionsFull(VoiceChatError):
+    """A conversation asked of a group (or a server) whose conversations are all taken."""
+
+
 class TimelineFull(VoiceChatError):
     """A conversation that would pass the session's timeline limit."""
 
