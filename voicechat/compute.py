@@ -129,8 +129,19 @@ def affine(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
     as a gemv kernel only when no bias comes with it (an addmm goes to cuBLAS): 7.9 vs 14.5 us per 1024 x 1024 layer,
     compiled, on the H200 (docs/bench/h200-2026-12-01-node-probe.txt); compiled, the add joins the elementwise kernel
     that follows. On the CPU both are the same BLAS product and one rounding of the sum with the bias."""
-    y = x @ weight.T
+    y = product(x, weight.T)
     return y if bias is None else y + bias
+
+
+def product(x: mx.array, weight: mx.array) -> mx.array:
+    """``x @ weight`` for x [..., C] and weight [C, N]. Where x holds several rows for each of several
+    conversations ([B, T, C], B and T > 1: a group's codec frames or subword spellings), each conversation's rows
+    are their own product (a batched matmul over a broadcast weight), so that its numbers do not depend on the others:
+    OpenBLAS rounds a product's row by the row count (docs/batching.md: row 0 of a [36, 256] x [256, 64] product
+    differs from the [9, 256] one). One row per conversation stays one product of all rows."""
+    if x.ndim == 3 and x.shape[0] > 1 and x.shape[1] > 1:
+        return x @ mx.broadcast_to(weight, (x.shape[0], *weight.shape))
+    return x @ weight
 
 
 class CompiledFunctions:

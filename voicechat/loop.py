@@ -26,6 +26,7 @@ from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
+from .group import SessionGroup
 from .session import Frame, Session
 from .stt import lm
 from .stt.perception import timeline_frames
@@ -113,6 +114,12 @@ class Model:
         (:class:`voicechat.session.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
         return Session(self, system_prompt, seed, speaker, config, tools)
 
+    def sessions(self, max_sessions: int) -> SessionGroup:
+        """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone
+        (:class:`voicechat.group.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push`` queues
+        its audio, ``group.step()`` advances every ready one by a position."""
+        return SessionGroup(self, max_sessions)
+
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
                  progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
@@ -180,7 +187,8 @@ class Model:
         seconds["prompt prefills"], t0 = time.perf_counter() - t0, time.perf_counter()
         self.net.stt_model.llm.warm_up(capacities(positions))
         seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
+        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions),
+                                                      session.group.tts_state.caches[0].keys.dtype)
         seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0
         return seconds
 

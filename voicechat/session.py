@@ -318,15 +318,16 @@ class Session:
         self.ended = True
         if self.decoded:
             self.tail = np.asarray(self.group.codec.tail(self.row))[0]
-        self.close()
-        return out
+        return out + self.close()
 
-    def close(self) -> None:
+    def close(self) -> list[Frame]:
         """Leave the group: this conversation runs no more positions and its row is free for another (its result
-        stays readable). ``flush`` closes; a cancelled conversation calls it."""
+        stays readable). ``flush`` closes; a cancelled conversation calls it. -> its finished frames not yet given
+        out (positions another conversation's ticks ran)."""
         if self.row is not None:
             self.group.leave(self)
         self.ended = True
+        return self._take()
 
     def stream(self, chunks: Iterable, sample_rate: int) -> Iterator[Frame]:
         """``for frame in session.stream(chunks, rate)``: each chunk fed as it comes, then the end; stopping the

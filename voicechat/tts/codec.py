@@ -165,7 +165,7 @@ class StridedConvTranspose1d(nn.Module):
         # [B, T, C_in] @ [C_in, k * C_out] -> [B, T * k, C_out]
         c_in, k, c_out = self.weight.shape
         b, t = x.shape[0], x.shape[1]
-        return (x @ self.weight.reshape(c_in, k * c_out)).reshape(b, t * k, c_out)
+        return compute.product(x, self.weight.reshape(c_in, k * c_out)).reshape(b, t * k, c_out)
 
 
 def run_layers(layers: list, x: mx.array, histories: list) -> tuple[mx.array, list]:

@@ -40,7 +40,8 @@ class KeyNoise:
         self.key = mx.random.key(seed_or_key) if isinstance(seed_or_key, int) else seed_or_key
 
     def frame(self, n: int, components: int, latent: int) -> tuple[mx.array, mx.array]:
-        self.key, gumbel, normal = key_draws(self.key[None], n, components, latent)
+        keys, gumbel, normal = key_draws(self.key[None], n, components, latent)
+        self.key = keys[0]
         return gumbel[0], normal[0]
 
 
