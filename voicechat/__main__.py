@@ -162,7 +162,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
                          "(or pip install \"voicechat[app]\")") from None
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    if a.max_sessions is not None and a.max_sessions < 1:
+        raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
+    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+          max_sessions=a.max_sessions or 1)
     return 0
 
 
@@ -184,6 +187,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--max-sessions", type=int, default=None, metavar="N",
+                   help="conversations stepped together on the model at once; one more gets server_busy "
+                        "(default 1; docs/batching.md)")
     s.set_defaults(func=cmd_serve)
 
 
