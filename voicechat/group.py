@@ -222,7 +222,18 @@ class SessionGroup:
             self._finish(self.running.popleft())
 
     def _tick(self) -> Optional[Tick]:
-        """Build one tick lazily and queue its evaluation: the ready rows' positions, one call per network."""
+        """One tick built lazily and its evaluation queued (None when no conversation has a position ready)."""
+        tick = self._build()
+        if tick is not None:
+            self._queue(tick)
+        return tick
+
+    def _queue(self, tick: Tick) -> None:
+        mx.async_eval(tick.arrays)
+        tick.state = []  # a queued tick keeps no reference to the state (docs/streaming.md §5)
+
+    def _build(self) -> Optional[Tick]:
+        """The ready rows' positions, lazily: one call per network for all rows."""
         rows = [(r, m._next_row()) for r, m in enumerate(self.members) if m is not None and m._ready()]
         rows = [(r, row) for r, row in rows if row is not None]
         if not rows:
@@ -241,10 +252,7 @@ class SessionGroup:
         state = [*self.lm.arrays, *[a for c in self.tts_state.caches for a in c.arrays()], *self.codec.arrays,
                  self.prev_ids, self.prev_code, self.seen, self.text_keys, self.tts_keys,
                  *[a for _, row in rows for a in row.session.listener.arrays()]]
-        tick = Tick(rows, ids, codes, samples, state, clock.seconds)
-        mx.async_eval(tick.arrays)
-        tick.state = []  # a queued tick keeps no reference to the state (docs/streaming.md §5)
-        return tick
+        return Tick(rows, ids, codes, samples, state, clock.seconds)
 
     def _think(self, rows: list, clock: "TickClock") -> mx.array:
         """The LLM for the rows past their prompt: fused input from each row's previous ids -> [R, 2] ids (text
