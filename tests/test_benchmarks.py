@@ -2,6 +2,7 @@
 they ran."""
 
 from functools import lru_cache
+from pathlib import Path
 
 from conftest import NEMO
 import voicechat
@@ -54,3 +55,24 @@ def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkey
     for name in ("a.ptx", "sub/b.ptx", "sub/c.cubin"):
         (tmp_path / "ptx" / name).write_bytes(b"x")
     assert cold_start.cached_kernels() == 3
+
+
+def test_bench_sessions_runs_as_a_user_runs_it(tmp_path):
+    """``voicechat bench --sessions``: every count's row in the JSON, each from ticks of all its conversations."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "sessions.json"
+    done = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", str(NEMO / "tiny_model"),
+                           "--sessions", "1,3", "--frames", "4", "--json", str(out)], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr
+    r = json.loads(out.read_text())
+    assert [row["sessions"] for row in r["rows"]] == [1, 3]
+    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["join"]["n"] == row["sessions"]
+               for row in r["rows"])
+    assert "largest N with tick p95" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr

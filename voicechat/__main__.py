@@ -147,9 +147,13 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
+    output_file(a.json, "--json")
+    if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
+        from .benchmarks.sessions import main as sessions_main
+
+        return sessions_main(a)
     from .benchmarks.frame import main as bench_main
 
-    output_file(a.json, "--json")
     return bench_main(a)
 
 
@@ -295,7 +299,12 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="per-frame speed of a checkpoint, offline and streaming (voicechat/benchmarks/frame.py)")
     from .benchmarks.frame import add_arguments
 
+    from .benchmarks.sessions import session_counts
+
     add_arguments(b)
+    b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
+                   help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
+                        "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     add_live_parser(sub)
