@@ -198,3 +198,52 @@ def test_a_full_group_refuses_a_conversation_and_a_freed_row_takes_the_next():
     a.close()
     c = group.session(seed=4)
     assert c.row == 0 and group.open == 2 and b.row == 1
+
+
+def test_the_state_a_group_holds_is_what_admission_counts():
+    """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays:
+    two conversations of different lengths, the buffers at the longer one's capacity."""
+    from voicechat import compute
+    from voicechat.group import state_bytes
+
+    m = model("tiny_model_aria")
+    group = m.sessions(2)
+    a, b = group.session("You are a helpful assistant.", seed=1), group.session(seed=2)
+    a.push(noise(24.0, 3), RATE)  # 300 positions: past the first capacity (256)
+    b.push(noise(1.0, 4), RATE)
+    while group.step():
+        pass
+    held = [*group.lm.arrays, *group.tts_state.arrays(), group.seen]
+    assert group.positions() == a.position > 256 > b.position
+    assert sum(x.nbytes for x in held) == state_bytes(m.config, 2, a.position, compute.speech_dtype().size)
+    assert all(x.shape[0] in (2, 4) for x in held)  # rows: two conversations (the TTS's: two CFG rows each)
+
+
+def test_a_conversation_that_would_not_fit_is_refused_at_admission():
+    """With the device's memory limit just above what is in use, a group cannot take a conversation that could grow
+    to the timeline limit: a clear refusal when it would join, not an out-of-memory failure later."""
+    import mlx.core as mx
+
+    m = model("tiny_model")
+    group = m.sessions(4)
+    previous = mx.set_memory_limit(mx.get_active_memory() + 100_000)
+    try:
+        with pytest.raises(SessionsFull, match="would not fit in memory"):
+            group.session()
+    finally:
+        mx.set_memory_limit(previous)
+    assert group.open == 0
+    group.session()  # with the memory back, it fits
+
+
+def test_a_servers_default_is_what_fits_at_most_the_measured_bound():
+    import mlx.core as mx
+    from voicechat.group import DEFAULT_MOST_SESSIONS, fitting_sessions
+
+    m = model("tiny_model")
+    assert fitting_sessions(m) == DEFAULT_MOST_SESSIONS  # the tiny model's state fits many times here
+    previous = mx.set_memory_limit(mx.get_active_memory() + 100_000)
+    try:
+        assert fitting_sessions(m) == 1  # at least one: the admission check refuses it if even that cannot fit
+    finally:
+        mx.set_memory_limit(previous)

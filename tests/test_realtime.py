@@ -92,7 +92,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("serve"))
+    s = Server(tmp_path_factory.mktemp("serve"), "--max-sessions", "1")  # one conversation at a time
     yield s
     s.stop()
 
@@ -631,7 +631,7 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
 @pytest.fixture
 def fresh_server(tmp_path):
     """A server of its own: the memory it measures is not what earlier tests left (15 MiB appends, ...)."""
-    s = Server(tmp_path)
+    s = Server(tmp_path, "--max-sessions", "1")
     yield s
     s.stop()
 

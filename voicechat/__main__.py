@@ -169,7 +169,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if a.max_sessions is not None and a.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
     serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
-          max_sessions=a.max_sessions or 1)
+          max_sessions=a.max_sessions)
     return 0
 
 
@@ -193,7 +193,7 @@ def add_serve_parser(sub) -> None:
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
-                        "(default 1; docs/batching.md)")
+                        "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
     s.set_defaults(func=cmd_serve)
 
 

@@ -347,10 +347,13 @@ class Engine:
     conversations at once, stepped together (voicechat/group.py: one tick advances every conversation whose next
     80 ms has arrived)."""
 
-    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: int = 1):
+    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1):
+        """``max_sessions`` None: as many as :func:`voicechat.group.fitting_sessions` finds once the model is
+        loaded (one until then)."""
         self.name = name
         self.max_waiting = max_waiting
-        self.max_sessions = max_sessions
+        self.max_sessions = max_sessions or 1
+        self._fit_sessions = max_sessions is None
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
         self._lives: list[Live] = []  # the live conversations the engine thread steps now
         self._wake = threading.Event()  # a live conversation has a message
@@ -521,6 +524,10 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
+        if self._fit_sessions:
+            from .group import fitting_sessions
+
+            self.max_sessions = fitting_sessions(model)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,

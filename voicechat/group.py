@@ -34,11 +34,17 @@ from . import compute
 import mlx.core as mx
 
 from .errors import ConfigError, SessionsFull
+from .model import prompt_frames
+from .cache import capacity_for
 from .stt import lm
 from .tts.eartts import TTSState
 from .tts.mog import KeyNoise, key_draws
 
 LOOKAHEAD = 1  # ticks built and queued on the device while the host reads the one before
+MEMORY_SHARE = 0.5  # of the device's free memory, what a group's state may take as its conversations join
+# a server's default: the most conversations whose tick p95 stayed under 80 ms on this project's 2-core CPU, tiny model
+# (docs/batching.md, bench --sessions); more fit in memory almost anywhere, so speed bounds it
+DEFAULT_MOST_SESSIONS = 4
 
 
 @dataclass
@@ -92,6 +98,50 @@ def sample_text_tokens(logits: mx.array, best: mx.array, seen: mx.array, special
     drawn = mx.vmap(lambda key, row: mx.random.categorical(row, key=key))(keys, x).astype(best.dtype)
     keep = mx.any(best[:, None] == specials[None], axis=-1) | (temperature[:, 0] == 0)
     return mx.where(keep, best, drawn)
+
+
+def state_bytes(cfg, rows: int, positions: int, itemsize: int) -> int:
+    """The group's device state for ``rows`` conversations once the longest holds ``positions`` timeline positions
+    (every row's attention buffers have the longest row's capacity, voicechat/cache.py): the LLM's key/value caches
+    and Mamba states, the TTS backbone's caches (two CFG rows each, after its warm-up's positions), the seen ids.
+    ``itemsize``: bytes of the speech dtype. The streaming encoder's and the codec's small states are per
+    conversation, outside."""
+    llm, tts = cfg.llm, cfg.tts.backbone
+    attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(positions) * llm.head_dim
+    mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
+                                      + llm.mamba_num_heads * llm.mamba_head_dim * llm.ssm_state_size * 4)
+    tts_positions = positions + prompt_frames(cfg)  # the warm-up's positions come first
+    window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
+    backbone = sum(2 * 2 * tts.num_key_value_heads * capacity_for(tts_positions, window(kind)) * tts.head_dim
+                   for kind in tts.layer_types)
+    return rows * ((attention + backbone) * itemsize + mamba + llm.vocab_size)
+
+
+def free_memory() -> int:
+    """Bytes the device can still give: the GPU allocator's limit less what is in use; on a CPU the system's
+    available memory (/proc/meminfo), the allocator's limit at most."""
+    in_use = mx.get_active_memory()
+    if compute.on_gpu():
+        return max(0, mx.get_memory_limit() - in_use)
+    try:
+        with open("/proc/meminfo") as info:
+            available = next(int(line.split()[1]) * 1024 for line in info if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return max(0, mx.get_memory_limit() - in_use)
+    return min(available, max(0, mx.get_memory_limit() - in_use))
+
+
+def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
+    """How many conversations a server takes by default: as many as fit (their state at the timeline limit in
+    MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
+    from .session import TIMELINE_LIMIT
+
+    budget = MEMORY_SHARE * free_memory()
+    itemsize = compute.speech_dtype().size
+    n = 1
+    while n < most and state_bytes(model.config, n + 1, TIMELINE_LIMIT, itemsize) <= budget:
+        n += 1
+    return n
 
 
 def column(values, dtype=mx.float32) -> mx.array:
@@ -152,8 +202,10 @@ class SessionGroup:
         """Give ``session`` a row: its prompt's LLM state, its TTS warm-up caches and key, a fresh codec stream,
         pad ids. Runs between ticks (evaluated here)."""
         row = self._free_row()
-        if row >= self.rows:
-            self._grow(min(self.max_sessions, max(row + 1, 2 * self.rows)))
+        rows = self.rows if row < self.rows else min(self.max_sessions, max(row + 1, 2 * self.rows))
+        self._check_memory(rows)
+        if rows > self.rows:
+            self._grow(rows)
         self.lm.cache.put(row, prompt_state.cache)
         for rows_cache, one in zip(self.tts_state.caches, tts_warm.caches):
             rows_cache.put([row, self.rows + row], one)
@@ -171,6 +223,25 @@ class SessionGroup:
         mx.eval(self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys)
         self.members[row] = session
         return row
+
+    def _check_memory(self, rows: int) -> None:
+        """Refuse a conversation whose group would not fit at the timeline limit: every row may grow to it, so the
+        group's state then (:func:`state_bytes`) must fit in what it holds now and what the device has free (half of
+        it: the rest is the activations' and the other programs')."""
+        from .session import TIMELINE_LIMIT
+
+        itemsize = compute.speech_dtype().size
+        need = state_bytes(self.cfg, rows, TIMELINE_LIMIT, itemsize)
+        have = state_bytes(self.cfg, self.rows, self.positions(), itemsize) + MEMORY_SHARE * free_memory()
+        if need > have:
+            raise SessionsFull(f"one more conversation would not fit in memory: {rows} conversations at the "
+                               f"{TIMELINE_LIMIT}-position limit need {need / 1e9:.1f} GB of state, "
+                               f"{have / 1e9:.1f} GB can be had; close one first")
+
+    def positions(self) -> int:
+        """Positions of the longest conversation's caches (what every row's buffers hold room for)."""
+        offsets = [c.offsets for c in self.lm.cache.layers if c is not None and hasattr(c, "offsets")]
+        return int(max((o.max() for o in offsets if len(o)), default=0))
 
     def leave(self, session) -> None:
         """Free ``session``'s row (its state stays until a joining conversation overwrites it)."""

@@ -817,9 +817,9 @@ class ServeError(VoiceChatError):
 
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
-          max_sessions: int = 1) -> None:
+          max_sessions: Optional[int] = None) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
-    conversations at once) until interrupted."""
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
     import socket
     import tempfile
     import time
@@ -850,7 +850,7 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
         if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("listening on %s without --api-key: anyone who can reach it can use the model", host)
         print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
-              f"(up to {max_sessions} conversation{'s' if max_sessions > 1 else ''} at once)", flush=True)
+              f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
         config = uvicorn.Config(create_app(engine, api_key=api_key, model_name=name), log_level="info",
                                 ws_max_size=MAX_MESSAGE_BYTES)
         uvicorn.Server(config).run(sockets=[sock])
