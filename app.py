@@ -712,6 +712,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--share", action="store_true", help="also create a public Gradio share link")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this computer)")
     p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    p.add_argument("--max-sessions", type=int, default=None, metavar="N",
+                   help="visitors who can Talk live at once, stepped together on the model with Record-and-run jobs "
+                        "(default: as many as fit in memory, at most 4; docs/batching.md)")
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
     return p.parse_args(argv)
@@ -728,7 +731,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         name = args.model
         print(f"Model: {name} (downloaded on first use into the Hugging Face cache; progress is shown below "
               "and in the app).")
-    engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING).start()
+    if args.max_sessions is not None and args.max_sessions < 1:
+        raise SystemExit(f"--max-sessions must be at least 1, got {args.max_sessions}")
+    engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo)
     launch(demo, args.outputs, server_name=args.host, server_port=args.port, share=args.share)
 

@@ -295,13 +295,14 @@ class Live(Job):
                                      tools=request.tools or ())
         self._emit(LiveEvent(READY, setup_seconds=self.session.setup_seconds, prompt_frames=self.session.prompt_frames))
 
-    def _read(self) -> None:
+    def _read(self, flushing: bool = True) -> None:
         """Hand what arrived to the session: audio is heard and waits for the ticks; a flush runs the rest of the
-        input at once (the other conversations advancing in its ticks)."""
+        input at once (the other conversations advancing in its ticks). ``flushing`` False (inside a recording's
+        tick): a flush waits for the next round."""
         session = self.session
         messages = self._messages()
         while messages and not (self.cancel_requested or session.ended):
-            if messages[0][0] == "flush" and session._ready():
+            if messages[0][0] == "flush" and (session._ready() or not flushing):
                 return  # the positions heard so far run in the ticks first, as they would have without the flush
             message = messages.popleft()
             if message[0] == "audio":
@@ -357,6 +358,7 @@ class Engine:
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
         self._lives: list[Live] = []  # the live conversations the engine thread steps now
         self._wake = threading.Event()  # a live conversation has a message
+        self._failed: dict = {}  # live conversation -> its error, met during a recording's tick
         self.model: Any = None  # touched by the engine thread only
         self.thread = threading.Thread(target=self._main, name="voicechat-engine", daemon=True)
         self._load_model = load_model
@@ -545,6 +547,7 @@ class Engine:
         def progress(done: int, total: int, update: FrameUpdate) -> None:
             nonlocal frames_done
             frames_done = done
+            self._serve_lives()
             if job.cancel_requested:
                 raise Cancelled(f"Cancelled after {done} of {total} frames.")
             seconds = time.perf_counter() - t0
@@ -556,7 +559,7 @@ class Engine:
             kwargs["tools"] = request.tools
         try:
             result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
-                                         seed=request.seed, progress=progress, **kwargs)
+                                         seed=request.seed, progress=progress, group=self._group(), **kwargs)
             answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
             with self._lock:
                 self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)
@@ -576,10 +579,17 @@ class Engine:
         messages to its session, takes in the live conversations that were queued meanwhile, and runs one tick
         (waiting for a message when no conversation has a position ready). Recordings wait until the last has
         ended."""
-        if self.group is None:
-            self.group = self.model.sessions(self.max_sessions)
         self._admit(first)
         while self._lives:
+            recording = self._next_recording()
+            if recording is not None:  # it steps with the live conversations (Engine._run)
+                self._run(recording)
+                with self._lock:
+                    self._running = first
+                for live, message in self._failed.items():
+                    self._fail(live, message)
+                self._failed.clear()
+                continue
             with self._lock:
                 arrivals = [j for j in self._waiting if isinstance(j, Live)]
                 for job in arrivals:
@@ -606,12 +616,43 @@ class Engine:
                 self._wake.wait(0.05)
                 self._wake.clear()
 
+    def _group(self):
+        """The model's group: the live conversations and one recording at a time."""
+        if self.group is None:
+            self.group = self.model.sessions(self.max_sessions + 1)
+        return self.group
+
+    def _next_recording(self) -> Optional[Job]:
+        """The first recording waiting, taken from the queue (it runs now, beside the live conversations)."""
+        with self._lock:
+            job = next((j for j in self._waiting if not isinstance(j, Live)), None)
+            if job is not None:
+                self._waiting.remove(job)
+                self._running = job
+                self._announce_positions()
+        return job
+
+    def _serve_lives(self) -> None:
+        """Between a recording's frames: the live conversations' new audio is heard (it runs in the recording's
+        next ticks) and their finished frames go out."""
+        for live in self._lives:
+            if live in self._failed:
+                continue
+            try:
+                live._read(flushing=False)
+            except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
+                if not isinstance(e, VoiceChatError):
+                    traceback.print_exc(file=sys.stderr)
+                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                continue
+            live._deliver(live.session._take())
+
     def _admit(self, live: Live) -> None:
         if live.cancel_requested:
             live._emit(LiveEvent(CLOSED))
             return
         try:
-            live._open(self.group)
+            live._open(self._group())
         except VoiceChatError as e:
             live._emit(LiveEvent(ERROR, message=str(e)))
             live._emit(LiveEvent(CLOSED))

@@ -278,7 +278,7 @@ class SessionGroup:
         each position is read back before the next is planned (docs/tools.md §5)."""
         lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
         target.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
-        while target._ready():
+        while target._ready() and target.failure is None:
             tick = self._tick()
             if tick is None:
                 break
@@ -286,6 +286,10 @@ class SessionGroup:
             if len(self.running) > lookahead:
                 self._finish(self.running.popleft())
         self.finish_running()
+        if target.failure is not None:  # its on_frame raised (generate's progress callback: a cancel)
+            failure, target.failure = target.failure, None
+            target.on_frame = None
+            raise failure
         return target._take()
 
     def finish_running(self) -> None:

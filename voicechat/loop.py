@@ -122,17 +122,21 @@ class Model:
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
-                 progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
+                 progress: Optional[Progress] = None, tools: Sequence[Tool] = (),
+                 group: Optional[SessionGroup] = None) -> Result:
         """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
         file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
         ``progress(done_frames, total_frames, update)`` is called after every timeline frame; raising from it stops
         the run. ``tools``: up to 5 :class:`voicechat.tools.Tool` objects the model may call; their calls and results
-        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout)."""
-        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools)
+        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout). ``group``: run it as a
+        conversation of that :class:`~voicechat.group.SessionGroup`, whose other conversations advance in the same
+        ticks (docs/batching.md)."""
+        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
+                  group: Optional[SessionGroup] = None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
         ``profile``, ``script``)."""
         gen = config or GenerationConfig()
@@ -145,7 +149,16 @@ class Model:
                                   + self.encoder_frames(len(x) + extra))
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
-                          on_frame=tracker.frame, script=script)
+                          on_frame=tracker.frame, script=script, group=group)
+        try:
+            return self._answer(session, x, extra, fixed)
+        finally:
+            session.close()  # a group's row is free again, also when the progress callback stopped the run
+
+    def _answer(self, session: Session, x: np.ndarray, extra: int, fixed: bool) -> Result:
+        """The recording ``x`` and ``extra`` samples of silence after it through ``session`` (``fixed``: all of
+        them; else until the answer has ended) -> the result."""
+        cfg = self.config
 
         def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
             session.feed(samples, cfg.input_sample_rate)

@@ -220,6 +220,7 @@ class Session:
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.transcript_builder = Transcript(c.audio.rnnt.vocabulary) if c.audio.rnnt else None
         self.outbox: list[Frame] = []  # finished frames not yet given out
+        self.failure: Optional[Exception] = None  # what on_frame raised (the run stops at the end of the tick)
         self.decoded = 0  # positions the codec has decoded (its first one drops the codec's start crop)
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
@@ -477,8 +478,12 @@ class Session:
                       turn="start" if text_id == c.bos_id else "end" if text_id == c.eos_id else None,
                       seconds=seconds, events=self._tool_events(row.t, text_id, func_id))
         self.outbox.append(frame)
-        if self.on_frame is not None:
-            self.on_frame(frame)
+        if self.on_frame is not None and self.failure is None:
+            try:
+                self.on_frame(frame)
+            except Exception as e:  # raised to the caller once the tick is done (SessionGroup.run): the others'
+                self.failure = e    # rows of the tick are finished first
+
 
     def _tool_events(self, t: int, text_id: int, func_id: int) -> tuple:
         """What the tool channel makes of the ids position t kept (none over the prompt)."""

@@ -273,7 +273,7 @@ class TalkLive:
         if model.state == eng.READY and self.speed.speed.state == "unmeasured" and not self.realtime.active:
             self.speed.start()
         since = self.recorder.open_since()
-        busy = bool(self.realtime.active)
+        busy = len(self.realtime.active) >= self.engine.max_sessions  # every conversation slot is taken
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
