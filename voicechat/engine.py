@@ -247,6 +247,7 @@ class Live(Job):
         self._consumed = 0.0  # seconds of it fed to the session
         self._result: Optional[Result] = None
         self._unread: collections.deque = collections.deque()  # messages taken from the inbox, not handled yet
+        self._ready_sent = False
 
     def send(self, samples: np.ndarray, sample_rate: int) -> None:
         samples = np.array(samples, copy=True)
@@ -289,11 +290,19 @@ class Live(Job):
                 return self._unread
 
     def _open(self, group) -> None:
-        """Its conversation joins the engine's group (the prompt's positions run in the next ticks)."""
+        """Its conversation joins the engine's group; the prompt's positions run in the next ticks, and READY comes
+        once they have (:meth:`_announce_ready`), as a lone session's setup ends with them."""
         request: LiveRequest = self.request
+        self._opened = time.perf_counter()
         self.session = group.session(request.system_prompt, request.seed, request.speaker, request.config,
                                      tools=request.tools or ())
-        self._emit(LiveEvent(READY, setup_seconds=self.session.setup_seconds, prompt_frames=self.session.prompt_frames))
+        self._announce_ready()
+
+    def _announce_ready(self) -> None:
+        if not self._ready_sent and not self.session.prompt_inputs:
+            self._ready_sent = True
+            self._emit(LiveEvent(READY, setup_seconds=time.perf_counter() - self._opened,
+                                 prompt_frames=self.session.prompt_frames))
 
     def _read(self, flushing: bool = True) -> None:
         """Hand what arrived to the session: audio is heard and waits for the ticks; a flush runs the rest of the
@@ -608,6 +617,7 @@ class Engine:
                     self._fail(live, f"Engine error: {type(e).__name__}: {e}")
                 continue
             for live in list(self._lives):
+                live._announce_ready()
                 live._deliver(ticked.get(live.session, []))
                 if live._over:
                     self._guarded(live, live._end)
@@ -638,6 +648,7 @@ class Engine:
         for live in self._lives:
             if live in self._failed:
                 continue
+            live._announce_ready()
             try:
                 live._read(flushing=False)
             except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)

@@ -70,6 +70,7 @@ class Tick:
     samples: Optional[mx.array]  # [R, 1764] before each stream's start crop (none if no row decoded)
     state: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)  # per stage, when a row profiles
+    started: float = 0.0  # perf_counter when its building began
 
     @property
     def arrays(self) -> list[mx.array]:
@@ -161,6 +162,7 @@ class SessionGroup:
         self.max_sessions = int(max_sessions)
         self.members: list = []  # the conversation of each row, None where a row is free
         self.running: deque = deque()  # ticks queued on the device, oldest first
+        self.finished_at = 0.0  # perf_counter when the last tick was read
         c = self.cfg
         self.special_ids = mx.array(sorted({c.pad_id, c.bos_id, c.eos_id}), mx.int32)
         self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
@@ -277,7 +279,6 @@ class SessionGroup:
         target's finished frames. While a tick runs on the device the next one is built (LOOKAHEAD); with tools,
         each position is read back before the next is planned (docs/tools.md §5)."""
         lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
-        target.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
         while target._ready() and target.failure is None:
             tick = self._tick()
             if tick is None:
@@ -309,6 +310,7 @@ class SessionGroup:
 
     def _build(self) -> Optional[Tick]:
         """The ready rows' positions, lazily: one call per network for all rows."""
+        started = time.perf_counter()
         rows = [(r, m._next_row()) for r, m in enumerate(self.members) if m is not None and m._ready()]
         rows = [(r, row) for r, row in rows if row is not None]
         if not rows:
@@ -327,7 +329,7 @@ class SessionGroup:
         state = [*self.lm.arrays, *[a for c in self.tts_state.caches for a in c.arrays()], *self.codec.arrays,
                  self.prev_ids, self.prev_code, self.seen, self.text_keys, self.tts_keys,
                  *[a for _, row in rows for a in row.session.listener.arrays()]]
-        return Tick(rows, ids, codes, samples, state, clock.seconds)
+        return Tick(rows, ids, codes, samples, state, clock.seconds, started)
 
     def _think(self, rows: list, clock: "TickClock") -> mx.array:
         """The LLM for the rows past their prompt: fused input from each row's previous ids -> [R, 2] ids (text
@@ -441,10 +443,13 @@ class SessionGroup:
         ids = np.asarray(tick.ids)
         codes = np.asarray(tick.codes) if tick.codes is not None else None
         samples = np.asarray(tick.samples) if tick.samples is not None else None
+        now = time.perf_counter()
+        took = now - max(tick.started, self.finished_at)  # its wall time, not the one before it (look-ahead)
+        self.finished_at = now
         for r, row in tick.rows:
             row.session._finish_row(row, ids[r], codes[r] if codes is not None and row.t >= 1 else None,
                                     samples[r] if samples is not None and row.t >= row.session.decoder_from else None,
-                                    tick.seconds)
+                                    {"total": took, **tick.seconds})
 
 
 class TickClock:

@@ -73,7 +73,8 @@ class Frame:
     function_text: str  # new characters of the function channel
     transcript: str  # new characters of the user's transcript
     turn: Optional[str]  # "start" when text_id is BOS (the assistant takes the turn), "end" when EOS, else None
-    seconds: dict  # wall seconds: "total" (since the previous frame or the call), and per stage when profiled
+    seconds: dict  # wall seconds: "total" (the tick that computed it, from its build or the previous tick's end), and
+    #                per stage when profiled
     events: tuple = ()  # tool-call events raised at this position
 
 
@@ -227,7 +228,7 @@ class Session:
         self.taken = 0  # samples fed, at their own rate
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
-        self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
+        self.frame_mark: dict = {}  # the clock's call counts at the last frame, for the per-frame seconds
         self.tool_channel = self._tool_channel()
         self.held = 0  # positions given to tool exchanges (the silence embedding in, the user's frames waiting)
 
@@ -452,7 +453,8 @@ class Session:
     def _finish_row(self, row: Row, ids: np.ndarray, codes: Optional[np.ndarray], samples: Optional[np.ndarray],
                     seconds: dict) -> None:
         """The host side of this conversation's evaluated position: its ids, codes, samples, the transcript's frame,
-        the new text of each channel; the frame goes to the outbox."""
+        the new text of each channel; the frame goes to the outbox. ``seconds``: the tick's wall time ("total", from
+        its build or the previous tick's end, whichever came later) and, profiled, its stages."""
         c = self.cfg
         text_id, func_id = int(ids[0]), int(ids[1])
         self.text.append(text_id)
@@ -468,10 +470,10 @@ class Session:
             self.pieces.append(audio)
         if self.clock.profile:
             for stage, took in seconds.items():
-                self.clock.calls.setdefault(stage, []).append(took)
-        now = time.perf_counter()
-        seconds = {"total": now - self.last_done, **self.clock.since(self.frame_mark)}
-        self.last_done, self.frame_mark = now, self.clock.mark()
+                if stage != "total":
+                    self.clock.calls.setdefault(stage, []).append(took)
+        seconds = {"total": seconds["total"], **self.clock.since(self.frame_mark)}
+        self.frame_mark = self.clock.mark()
         frame = Frame(position=row.t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
                       text=self.text_stream.add(text_id), function_text=self.func_stream.add(func_id),
                       transcript=self._new_transcript(),
