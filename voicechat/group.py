@@ -33,9 +33,10 @@ import numpy as np
 from . import compute
 import mlx.core as mx
 
-from .errors import ConfigError, SessionsFull
-from .model import prompt_frames
 from .cache import capacity_for
+from .errors import ConfigError, SessionsFull
+from .limits import TIMELINE_LIMIT
+from .model import prompt_frames
 from .stt import lm
 from .tts.eartts import TTSState
 from .tts.mog import KeyNoise, key_draws
@@ -135,8 +136,6 @@ def free_memory() -> int:
 def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
     """How many conversations a server takes by default: as many as fit (their state at the timeline limit in
     MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
-    from .session import TIMELINE_LIMIT
-
     budget = MEMORY_SHARE * free_memory()
     itemsize = compute.speech_dtype().size
     n = 1
@@ -230,8 +229,6 @@ class SessionGroup:
         """Refuse a conversation whose group would not fit at the timeline limit: every row may grow to it, so the
         group's state then (:func:`state_bytes`) must fit in what it holds now and what the device has free (half of
         it: the rest is the activations' and the other programs')."""
-        from .session import TIMELINE_LIMIT
-
         itemsize = compute.speech_dtype().size
         need = state_bytes(self.cfg, rows, TIMELINE_LIMIT, itemsize)
         have = state_bytes(self.cfg, self.rows, self.positions(), itemsize) + MEMORY_SHARE * free_memory()
