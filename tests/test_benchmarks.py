@@ -55,4 +55,3 @@ def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkey
     for name in ("a.ptx", "sub/b.ptx", "sub/c.cubin"):
         (tmp_path / "ptx" / name).write_bytes(b"x")
     assert cold_start.cached_kernels() == 3
-
