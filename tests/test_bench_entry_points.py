@@ -101,5 +101,5 @@ def test_the_wheel_carries_no_lab_code(tmp_path):
     package = [n for n in names if ".dist-info/" not in n]
     assert all(n.startswith("voicechat/") for n in package), [n for n in package if not n.startswith("voicechat/")]
     assert sorted(Path(n).name for n in package if n.startswith("voicechat/benchmarks/")) == [
-        "__init__.py", "frame.py", "peers.py", "workload.py"]
+        "__init__.py", "frame.py", "peers.py", "sessions.py", "workload.py"]
     assert not [n for n in package if n.endswith((".sh", ".log", ".json", ".txt"))]

@@ -790,7 +790,19 @@ class Scripted:
         turn = [BOS, *ids, EOS]
         return turn[offset - start] if start <= offset < start + len(turn) else PAD
 
-    def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=()):
+    def sessions(self, max_sessions):
+        """The engine's group: its conversations follow the script too."""
+        from voicechat.group import SessionGroup
+
+        scripted = self
+
+        class Group(SessionGroup):
+            def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=()):
+                return scripted.session(system_prompt, seed, speaker, config, tools, group=self)
+
+        return Group(self.model, max_sessions)
+
+    def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=(), group=None):
         from test_tools import ScriptedHead
 
         head = ScriptedHead(self.model.tokenizer, self.calls)
@@ -802,7 +814,7 @@ class Scripted:
                 return self.text_id(t - head.session.prompt_frames), None
             return None, head.function_id()
 
-        head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script)
+        head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script, group=group)
         return head.session
 
 
