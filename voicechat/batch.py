@@ -126,10 +126,11 @@ def manifest_item(line: str, path: Path, number: int) -> Item:
         raise TestSetError(f'{where}: give an object with "audio": "path of the recording"')
     if unknown := sorted(set(entry) - MANIFEST_KEYS):
         raise TestSetError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(MANIFEST_KEYS))})")
-    kinds = {"id": str, "system_prompt": str, "seed": int, "speaker": str, "extra_seconds": (int, float)}
-    for key, kind in kinds.items():
+    kinds = {"id": (str, "a string"), "system_prompt": (str, "a string"), "seed": (int, "a whole number"),
+             "speaker": (str, "a string"), "extra_seconds": ((int, float), "a number")}
+    for key, (kind, words) in kinds.items():
         if key in entry and (not isinstance(entry[key], kind) or isinstance(entry[key], bool)):
-            raise TestSetError(f"{where}: {key} must be a {'number' if key == 'extra_seconds' else kind.__name__}")
+            raise TestSetError(f"{where}: {key} must be {words}")
     audio = (path.parent / entry["audio"]).expanduser()
     item_id = entry.get("id", Path(entry["audio"]).with_suffix("").as_posix())
     if not item_id or item_id.startswith("/") or ".." in Path(item_id).parts:
@@ -176,8 +177,8 @@ def prepare_output(out: Path, settings: RunSettings, source: Path) -> None:
         before = json.loads(run_file.read_text(encoding="utf-8"))
         changed = [key for key in asked if before.get(key) != asked[key]]
         if changed:
-            raise TestSetError(f"--out {out} holds a run with other settings ({', '.join(changed)} differ); "
-                               "give another --out, or delete it to start over")
+            raise TestSetError(f"--out {out} holds a run with a different {', '.join(changed)}; give another --out, "
+                               "or delete it to start over")
         return
     out.mkdir(exist_ok=True)
     write_files(out, {RUN_FILE: json_bytes(asked)})
@@ -331,7 +332,7 @@ def answer_files(model, item: Item, settings: RunSettings, samples: np.ndarray, 
                                system_prompt=value(item.system_prompt, settings.system_prompt),
                                seed=value(item.seed, settings.seed), generation_config=gen, answer_file=ANSWER_FILE,
                                demo_model=settings.demo_model)
-    files[RECORD_FILE] = json_bytes({**record, "id": item.id})
+    files[RECORD_FILE] = json_bytes(record)
     return files
 
 
