@@ -18,7 +18,9 @@ from conftest import HARNESS_WAV, NEMO, TESTS
 import voicechat
 from voicechat.__main__ import main
 from voicechat.audio import to_int16
-from voicechat.batch import benchmark_transcript, benchmark_wav, detect_format, natural_key, timed_words
+from voicechat.batch import (Item, benchmark_transcript, benchmark_wav, detect_format, interruption_end, natural_key,
+                             timed_words)
+from voicechat.errors import TestSetError
 from voicechat.config import FRAME_SECONDS, GenerationConfig
 
 MODEL = NEMO / "tiny_model"
@@ -160,6 +162,7 @@ def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
     write_question(root / "2" / "input.wav", rate=24000)
     (root / "1" / "pause.json").write_text('[{"text": "[PAUSE]", "timestamp": [1.0, 1.5]}]')
     (root / "10" / "turn_taking.json").write_text('[{"text": "[TURN-TAKING]", "timestamp": [2.0, 2.1]}]')
+    (root / "2" / "interrupt.json").write_text('[{"context": "c", "interrupt": "i", "timestamp": [0.5, 1.2]}]')
     (root / "1" / "output.json").write_text('{"text": "an earlier model", "chunks": []}')  # not carried over
     (root / "README.md").write_text("the benchmark's roots may hold notes")
     assert detect_format(root) == "fdb"
@@ -200,7 +203,10 @@ def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
         assert record["turn_starts"] == record["turn_ends"] == []  # this random model opens no turn: words = split
         words = "".join(pieces.values()).split()
         begun = "".join(text for frame, text in pieces.items() if (frame - heard_from) * FRAME_SECONDS < seconds)
-        assert [chunk["text"] for chunk in transcript["chunks"]] == words[:len(begun.split())]
+        if sample == "2":  # a user interruption: only the words from its end on, as the benchmark's ASR pass
+            assert min(chunk["timestamp"][0] for chunk in transcript["chunks"]) >= 1.2
+        else:
+            assert [chunk["text"] for chunk in transcript["chunks"]] == words[:len(begun.split())]
         for chunk in transcript["chunks"]:
             start, end = chunk["timestamp"]
             first, last = heard_from + round(start / FRAME_SECONDS), heard_from + round(end / FRAME_SECONDS) - 1
@@ -304,6 +310,18 @@ def test_words_are_runs_of_non_space_text_with_their_first_and_last_frames():
         {"text": "Hello,", "timestamp": [0.08, 0.4]}, {"text": "world", "timestamp": [0.4, 0.56]},
         {"text": "again", "timestamp": [0.48, 0.88]}, {"text": "New", "timestamp": [1.28, 1.3]}]}
     assert benchmark_transcript([], [], 0, 1.0) == {"text": "", "chunks": []}
+    assert benchmark_transcript(pieces, [16, 18], 4, 1.3, words_from=0.45)["text"] == "again New"
+
+
+def test_a_user_interruption_sample_gives_where_its_interruption_ends(tmp_path):
+    (tmp_path / "interrupt.json").write_text('[{"context": "c", "interrupt": "i", "timestamp": [10.53, 13.144]}]')
+    (tmp_path / "pause.json").write_text('[{"text": "[PAUSE]", "timestamp": [3.3, 4.0]}]')
+    item = Item("1", tmp_path / "input.wav", annotations=(tmp_path / "interrupt.json", tmp_path / "pause.json"))
+    assert interruption_end(item) == 13.144
+    assert interruption_end(Item("1", tmp_path / "input.wav", annotations=(tmp_path / "pause.json",))) == 0.0
+    (tmp_path / "interrupt.json").write_text('{"timestamp": 3}')
+    with pytest.raises(TestSetError, match=r"^1/interrupt.json holds no \[\{"):
+        interruption_end(item)
 
 
 def test_the_benchmark_wav_is_the_inputs_timeline_at_16_khz():

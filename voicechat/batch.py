@@ -30,7 +30,7 @@ FOLDER, MANIFEST, FDB = "folder", "manifest", "fdb"
 FORMATS = (FOLDER, MANIFEST, FDB)
 RUN_FILE, SUMMARY_FILE, ITEMS_FOLDER = "run.json", "summary.jsonl", "items"
 ANSWER_FILE, RECORD_FILE = "answer.wav", "conversation.json"
-FDB_INPUT, FDB_WAV, FDB_JSON = "input.wav", "output.wav", "output.json"
+FDB_INPUT, FDB_WAV, FDB_JSON, FDB_INTERRUPT = "input.wav", "output.wav", "output.json", "interrupt.json"
 # The benchmark reads output.wav at 16 kHz: its backchannel scoring runs Silero VAD at that library's default rate
 # and its ASR pass (get_transcript/asr.py) feeds parakeet-tdt the file as it is (docs/batch.md §3).
 FDB_SAMPLE_RATE = 16000
@@ -251,18 +251,32 @@ def timed_words(pieces: Sequence, turn_frames: Sequence[int]) -> list[tuple[str,
 
 
 def benchmark_transcript(pieces: Sequence, turn_frames: Sequence[int], first_input_frame: int,
-                         input_seconds: float) -> dict:
+                         input_seconds: float, words_from: float = 0.0) -> dict:
     """output.json in the benchmark's chunk format, {"text", "chunks": [{"text": word, "timestamp": [start, end]}]},
     from the text channel: a word starts where its first token's 80 ms frame starts and ends where its last token's
     frame ends, in seconds from the start of the recording (docs/batch.md §2). Words that start after the recording
-    has ended are not in output.wav and are left out; ends are cut at its length."""
+    has ended are not in output.wav and are left out; ends are cut at its length. Words that start before
+    ``words_from`` are left out too (user interruption: only the answer after it is scored)."""
     chunks = []
     for word, first, last in timed_words(pieces, turn_frames):
         start = round((first - first_input_frame) * FRAME_SECONDS, 3)
-        if start < input_seconds:
+        if words_from <= start < input_seconds:
             end = round(min((last + 1 - first_input_frame) * FRAME_SECONDS, input_seconds), 3)
             chunks.append({"text": word, "timestamp": [start, end]})
     return {"text": " ".join(chunk["text"] for chunk in chunks), "chunks": chunks}
+
+
+def interruption_end(item: Item) -> float:
+    """Where a user-interruption sample's interruption ends (its interrupt.json: [{"timestamp": [start, end], ...}]),
+    0 for other samples: the benchmark's ASR pass transcribes output.wav from there on (get_transcript/asr.py
+    --task user_interruption), and its scoring reads that transcript's first word as the answer's onset."""
+    found = [path for path in item.annotations if path.name == FDB_INTERRUPT]
+    if not found:
+        return 0.0
+    try:
+        return float(json.loads(found[0].read_text(encoding="utf-8"))[0]["timestamp"][1])
+    except (ValueError, LookupError, TypeError):
+        raise TestSetError(f"{item.id}/{FDB_INTERRUPT} holds no [{{\"timestamp\": [start, end]}}]") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -325,7 +339,7 @@ def answer_files(model, item: Item, settings: RunSettings, samples: np.ndarray, 
                                                  input_seconds), FDB_SAMPLE_RATE)
         pieces = [(p.frame, p.text) for p in answer.text_pieces]
         files[FDB_JSON] = json_bytes(benchmark_transcript(pieces, answer.turn_starts + answer.turn_ends, heard_from,
-                                                          input_seconds))
+                                                          input_seconds, interruption_end(item)))
         files.update({path.name: path.read_bytes() for path in item.annotations})
     record = conversation_json(answer, source="batch", model=settings.model, input_file=item.audio.name,
                                input_sample_rate=rate, input_seconds=input_seconds,
