@@ -219,12 +219,11 @@ def write_files(folder: Path, files: dict) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Full-Duplex-Bench outputs
 # ----------------------------------------------------------------------------------------------------------------
-def benchmark_wav(audio: np.ndarray, rate: int, skip_frames: int, input_seconds: float) -> np.ndarray:
-    """The answer on the input's timeline at 16 kHz, exactly as long as the input: the audio from the first frame
-    that hears the recording (the prompt frames a reference-mode answer keeps are dropped), resampled, then cut
-    or padded with silence to the input's length (the timeline's last frame may pass its end)."""
-    samples_per_frame = round(rate * FRAME_SECONDS)
-    x = resample(np.asarray(audio, np.float32)[skip_frames * samples_per_frame:], rate, FDB_SAMPLE_RATE)
+def benchmark_wav(audio: np.ndarray, rate: int, input_seconds: float) -> np.ndarray:
+    """The answer on the input's timeline at 16 kHz, exactly as long as the input: an app-mode answer starts at the
+    first position that hears the recording (Result.first_frame); resampled, then cut or padded with silence to the
+    input's length (the timeline's last frame may pass its end)."""
+    x = resample(np.asarray(audio, np.float32), rate, FDB_SAMPLE_RATE)
     n = round(input_seconds * FDB_SAMPLE_RATE)
     return np.pad(x[:n], (0, max(0, n - len(x))))
 
@@ -335,8 +334,7 @@ def answer_files(model, item: Item, settings: RunSettings, samples: np.ndarray, 
     files = {ANSWER_FILE: wav_bytes(result.audio, result.sample_rate)}
     if settings.format == FDB:
         heard_from = result.prompt_frames  # the first position that hears the recording (docs/model.md §1.2 C)
-        files[FDB_WAV] = wav_bytes(benchmark_wav(result.audio, result.sample_rate, heard_from - result.first_frame,
-                                                 input_seconds), FDB_SAMPLE_RATE)
+        files[FDB_WAV] = wav_bytes(benchmark_wav(result.audio, result.sample_rate, input_seconds), FDB_SAMPLE_RATE)
         pieces = [(p.frame, p.text) for p in answer.text_pieces]
         files[FDB_JSON] = json_bytes(benchmark_transcript(pieces, answer.turn_starts + answer.turn_ends, heard_from,
                                                           input_seconds, interruption_end(item)))
