@@ -118,9 +118,10 @@ def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones
 def test_a_manifest_gives_each_item_its_own_settings(tmp_path):
     audio = write_question(tmp_path / "audio" / "q.wav")
     manifest, out = tmp_path / "set.jsonl", tmp_path / "out"
+    (tmp_path / "voice.wav").write_bytes((NEMO / "speaker_22k.wav").read_bytes())  # beside the manifest
     manifest.write_text("\n".join([
         json.dumps({"audio": "audio/q.wav", "id": "brief", "system_prompt": "Be brief.", "seed": 3,
-                    "extra_seconds": 0.8}),
+                    "extra_seconds": 0.8, "speaker": "voice.wav"}),
         "",
         json.dumps({"audio": "audio/q.wav", "id": "plain"}),
         json.dumps({"audio": "audio/missing.wav"}),
@@ -131,7 +132,7 @@ def test_a_manifest_gives_each_item_its_own_settings(tmp_path):
                                                                 "audio/missing": "failed"}
     assert items["audio/missing"]["reason"] == "missing.wav does not exist"
     assert_same_answer(out / "items" / "brief", generated(tmp_path, audio, "--system-prompt", "Be brief.", "--seed", 3,
-                                                          "--extra-seconds", 0.8))
+                                                          "--extra-seconds", 0.8, "--speaker", tmp_path / "voice.wav"))
     assert_same_answer(out / "items" / "plain", generated(tmp_path, audio, "--seed", 1, "--extra-seconds", 0.4))
     record = json.loads((out / "items" / "brief" / "conversation.json").read_text())
     assert (record["system_prompt"], record["seed"], record["generation_config"]["extra_seconds"]) == (
@@ -230,29 +231,42 @@ def outputs(out):
     return files
 
 
-def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_run(tmp_path):
-    recordings = tmp_path / "set"
-    for i in range(5):
-        write_question(recordings / f"q{i}.wav")
-    args = ["--model", MODEL, "--extra-seconds", 3, "--quiet"]
-    batch(recordings, "--out", tmp_path / "whole", *args, check_rc=0)
+KILL_ARGS = ["--model", MODEL, "--extra-seconds", 3, "--quiet"]
 
-    out = tmp_path / "killed"
+
+@pytest.fixture(scope="module")
+def five_recordings(tmp_path_factory):
+    """Five recordings and their uninterrupted run."""
+    root = tmp_path_factory.mktemp("five")
+    for i in range(5):
+        write_question(root / "set" / f"q{i}.wav")
+    batch(root / "set", "--out", root / "whole", *KILL_ARGS, check_rc=0)
+    return root / "set", root / "whole"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
+def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_recordings, tmp_path):
+    recordings, whole = five_recordings
+    out = tmp_path / "stopped"
     run = subprocess.Popen([sys.executable, "-m", "voicechat", "batch", str(recordings), "--out", str(out),
-                            *map(str, args)], env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            *map(str, KILL_ARGS)], env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while not (out / "items" / "q1" / "conversation.json").exists() and run.poll() is None:
         time.sleep(0.01)
-    run.send_signal(signal.SIGKILL)
-    run.wait()
+    run.send_signal(sig)
+    err = run.communicate()[1]
     complete = sorted(p.parent.name for p in (out / "items").glob("*/conversation.json"))
-    assert complete[:2] == ["q0", "q1"] and len(complete) < 5, "killed after two items, before the last"
+    assert complete[:2] == ["q0", "q1"] and len(complete) < 5, "stopped after two items, before the last"
+    if sig == signal.SIGINT:  # Ctrl+C: exit 1, nothing half-written left behind
+        assert run.returncode == 1 and err.endswith("interrupted\n")
+        assert not list(out.rglob("*.partial"))
+        assert [line["id"] for line in summary(out)[0].values()] == complete
 
-    batch(recordings, "--out", out, *args, check_rc=0)
+    batch(recordings, "--out", out, *KILL_ARGS, check_rc=0)
     items, totals = summary(out)
     assert [items[f"q{i}"]["status"] for i in range(len(complete))] == ["skipped"] * len(complete)
     assert totals["done"] == 5 - len(complete)
-    assert outputs(out) == outputs(tmp_path / "whole")
+    assert outputs(out) == outputs(whole)
     assert not list(out.rglob("*.partial"))
 
 
@@ -269,6 +283,8 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_run(tmp_path):
     (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "seed": "3"}\n') and p / "m.jsonl", [],
      "m.jsonl line 1: seed must be a whole number"),
     (lambda p: (p / "m.jsonl").write_text('["a.wav"]\n') and p / "m.jsonl", [], 'give an object with "audio"'),
+    (lambda p: (p / "m.jsonl").write_bytes(b"\xff\xfe\x00") and p / "m.jsonl", [], "m.jsonl is not a text file"),
+    (lambda p: write_question(p / "q.wav"), [], "q.wav is one recording; give a folder or a manifest"),
     (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "id": "../up"}\n') and p / "m.jsonl", [],
      "must be a relative name"),
     (lambda p: write_question(p / "s" / "q.wav") and write_question(p / "s" / "q.flac", subtype="PCM_16").parent,

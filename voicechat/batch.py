@@ -59,6 +59,8 @@ def detect_format(source: Path) -> str:
     """A .jsonl file is a manifest; a folder whose subfolders hold ``input.wav`` (and which holds no recording at its
     top) is a Full-Duplex-Bench root; any other folder is a folder of recordings."""
     if source.is_file():
+        if source.suffix.lower() in AUDIO_SUFFIXES:
+            raise TestSetError(f"{source.name} is one recording; give a folder or a manifest (or use generate)")
         return MANIFEST
     if not source.is_dir():
         raise TestSetError(f"{source}: no such file or folder")
@@ -109,8 +111,14 @@ def manifest_items(path: Path) -> list[Item]:
     """One JSON object per line: ``audio`` (relative to the manifest's folder) and optional ``id``, ``system_prompt``,
     ``seed``, ``speaker``, ``extra_seconds``; blank lines are skipped. A line that is not such an object stops the
     run before the model loads."""
+    if not path.is_file():
+        raise TestSetError(f"{path} is not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TestSetError(f"{path.name} is not a text file; a manifest holds one JSON object per line") from None
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             items.append(manifest_item(line, path, number))
     return items
@@ -135,8 +143,10 @@ def manifest_item(line: str, path: Path, number: int) -> Item:
     item_id = entry.get("id", Path(entry["audio"]).with_suffix("").as_posix())
     if not item_id or item_id.startswith("/") or ".." in Path(item_id).parts:
         raise TestSetError(f"{where}: the id {item_id!r} must be a relative name (it names the item's folder)")
-    extra = entry.get("extra_seconds")
-    return Item(item_id, audio, entry.get("system_prompt"), entry.get("seed"), entry.get("speaker"),
+    extra, speaker = entry.get("extra_seconds"), entry.get("speaker")
+    if speaker is not None and (path.parent / speaker).is_file():  # a reference WAV beside the manifest
+        speaker = str(path.parent / speaker)
+    return Item(item_id, audio, entry.get("system_prompt"), entry.get("seed"), speaker,
                 None if extra is None else float(extra))
 
 
