@@ -165,6 +165,7 @@ def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
     (root / "10" / "turn_taking.json").write_text('[{"text": "[TURN-TAKING]", "timestamp": [2.0, 2.1]}]')
     (root / "2" / "interrupt.json").write_text('[{"context": "c", "interrupt": "i", "timestamp": [0.5, 1.2]}]')
     (root / "1" / "output.json").write_text('{"text": "an earlier model", "chunks": []}')  # not carried over
+    (root / "2" / "rating.json").write_text('{"analysis": "an earlier model", "rating": 4}')  # neither
     (root / "README.md").write_text("the benchmark's roots may hold notes")
     assert detect_format(root) == "fdb"
 
@@ -178,6 +179,8 @@ def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
     assert all(f.is_file() for sample in scored.iterdir() for f in sample.iterdir())
     assert (scored / "1" / "pause.json").read_bytes() == (root / "1" / "pause.json").read_bytes()
     assert (scored / "10" / "turn_taking.json").read_bytes() == (root / "10" / "turn_taking.json").read_bytes()
+    assert sorted(f.name for f in (scored / "2").iterdir()) == [
+        "answer.wav", "conversation.json", "interrupt.json", "output.json", "output.wav"]
     model = voicechat.load(MODEL)
     for sample in ("1", "2", "10"):
         folder, source = scored / sample, root / sample / "input.wav"

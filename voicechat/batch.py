@@ -31,6 +31,7 @@ FORMATS = (FOLDER, MANIFEST, FDB)
 RUN_FILE, SUMMARY_FILE, ITEMS_FOLDER = "run.json", "summary.jsonl", "items"
 ANSWER_FILE, RECORD_FILE = "answer.wav", "conversation.json"
 FDB_INPUT, FDB_WAV, FDB_JSON, FDB_INTERRUPT = "input.wav", "output.wav", "output.json", "interrupt.json"
+FDB_SCORED = {FDB_JSON, "clean_output.json", "rating.json"}  # an earlier model's transcripts and its judge's rating
 # The benchmark reads output.wav at 16 kHz: its backchannel scoring runs Silero VAD at that library's default rate
 # and its ASR pass (get_transcript/asr.py) feeds parakeet-tdt the file as it is (docs/batch.md §3).
 FDB_SAMPLE_RATE = 16000
@@ -94,12 +95,12 @@ def folder_items(root: Path) -> list[Item]:
 
 def fdb_items(root: Path) -> list[Item]:
     """Full-Duplex-Bench: each subfolder ``{ID}`` with an ``input.wav``; its JSON files (pause.json, turn_taking.json,
-    interrupt.json, transcription.json, metadata.json ...) other than an earlier output.json go along."""
+    interrupt.json, transcription.json, metadata.json ...) go along, not those an earlier model's scoring wrote."""
     if not root.is_dir():
         raise TestSetError(f"{root} is not a folder")
     folders = sorted((p for p in root.iterdir() if (p / FDB_INPUT).is_file()), key=lambda p: natural_key(p.name))
     return [Item(p.name, p / FDB_INPUT, annotations=tuple(sorted(
-        f for f in p.iterdir() if f.is_file() and f.suffix == ".json" and f.name != FDB_JSON))) for p in folders]
+        f for f in p.iterdir() if f.is_file() and f.suffix == ".json" and f.name not in FDB_SCORED))) for p in folders]
 
 
 def natural_key(name: str) -> tuple:
