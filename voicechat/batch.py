@@ -142,7 +142,7 @@ def manifest_item(line: str, path: Path, number: int) -> Item:
             raise TestSetError(f"{where}: {key} must be {words}")
     audio = (path.parent / entry["audio"]).expanduser()
     item_id = entry.get("id", Path(entry["audio"]).with_suffix("").as_posix())
-    if not item_id or item_id.startswith("/") or ".." in Path(item_id).parts:
+    if any(part in ("", ".", "..") for part in item_id.split("/")):
         raise TestSetError(f"{where}: the id {item_id!r} must be a relative name (it names the item's folder)")
     extra, speaker = entry.get("extra_seconds"), entry.get("speaker")
     if speaker is not None and (path.parent / speaker).is_file():  # a reference WAV beside the manifest
