@@ -219,6 +219,15 @@ def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
             assert end <= round(seconds, 3)
 
 
+def test_the_demo_model_answers_a_set_without_a_checkpoint(tmp_path):
+    root, out = tmp_path / "root", tmp_path / "out"
+    write_question(root / "1" / "input.wav")
+    batch(root, "--out", out, "--demo", "--quiet", check_rc=0)
+    record = json.loads((out / "items" / "1" / "conversation.json").read_text())
+    assert (record["model"], record["demo_model"]) == ("voicechat-demo", True)
+    assert_benchmark_chunk_format(json.loads((out / "items" / "1" / "output.json").read_text()))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # a killed run resumes and ends with an uninterrupted run's outputs
 # ----------------------------------------------------------------------------------------------------------------
