@@ -188,7 +188,8 @@ def add_batch_parser(sub) -> None:
     b.add_argument("--out", required=True, help="output folder: run.json, summary.jsonl and items/{ID}/; running the "
                                                 "same command again skips the items already complete")
     b.add_argument("--format", choices=FORMATS, help="what INPUT is (default: detected)")
-    b.add_argument("--sessions", type=int, default=1, help="conversations stepped at once (default 1)")
+    b.add_argument("--sessions", type=int, default=1, help="conversations stepped at once (default 1; more need the "
+                                                           "shared frame step of issue 29, not in this version)")
     add_model_arguments(b, demo=True)
     add_answer_arguments(b)
     b.set_defaults(func=cmd_batch)
