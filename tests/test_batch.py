@@ -101,7 +101,7 @@ def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones
     assert totals["timeline_seconds"] == round(sum(items[n]["timeline_seconds"] for n in ("question", "more/stereo 48k")), 3)
     assert "5 items: 2 answered, 0 already complete, 3 failed" in p.stdout
     assert "items" in p.stderr and "in flight" in p.stderr and "ETA" in p.stderr and "RTF" in p.stderr  # the bar
-    assert not list(out.rglob("*.partial"))
+    assert not list(out.rglob("*.tmp"))
 
     before = {path: path.read_bytes() for path in (out / "items").rglob("*") if path.is_file()}
     p = batch(recordings, "--out", out, "--model", MODEL, "--extra-seconds", 0.4, "--quiet", check_rc=1)
@@ -271,7 +271,7 @@ def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_record
     assert complete[:2] == ["q0", "q1"] and len(complete) < 5, "stopped after two items, before the last"
     if sig == signal.SIGINT:  # Ctrl+C: exit 1, nothing half-written left behind
         assert run.returncode == 1 and err.endswith("interrupted\n")
-        assert not list(out.rglob("*.partial"))
+        assert not list(out.rglob("*.tmp"))
         assert [line["id"] for line in summary(out)[0].values()] == complete
 
     batch(recordings, "--out", out, *KILL_ARGS, check_rc=0)
@@ -279,7 +279,7 @@ def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_record
     assert [items[f"q{i}"]["status"] for i in range(len(complete))] == ["skipped"] * len(complete)
     assert totals["done"] == 5 - len(complete)
     assert outputs(out) == outputs(whole)
-    assert not list(out.rglob("*.partial"))
+    assert not list(out.rglob("*.tmp"))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -295,6 +295,11 @@ def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_record
     (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "seed": "3"}\n') and p / "m.jsonl", [],
      "m.jsonl line 1: seed must be a whole number"),
     (lambda p: (p / "m.jsonl").write_text('["a.wav"]\n') and p / "m.jsonl", [], 'give an object with "audio"'),
+    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "seed": -1}\n') and p / "m.jsonl", [],
+     "m.jsonl line 1: the seed must be a whole number from 0 to 2^64 - 1 (got -1)"),
+    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "extra_seconds": -2}\n') and p / "m.jsonl", [],
+     "m.jsonl line 1: extra seconds must be a finite number at least 0"),
+    (lambda p: write_question(p / "s" / "q.wav").parent, ["--seed", "-3"], "the seed must be a whole number"),
     (lambda p: (p / "m.jsonl").write_bytes(b"\xff\xfe\x00") and p / "m.jsonl", [], "m.jsonl is not a text file"),
     (lambda p: write_question(p / "q.wav"), [], "q.wav is one recording; give a folder or a manifest"),
     (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "id": "../up"}\n') and p / "m.jsonl", [],

@@ -18,6 +18,7 @@ from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .errors import AudioInputError, TestSetError, ToolError, VoiceChatError
+from .files import TEMPORARY, write_atomically
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
 
 
@@ -76,7 +77,7 @@ def output_file(path: Optional[str], option: str) -> Optional[Path]:
     if p.exists() and not p.is_file():
         raise UsageError(f"{option} {path} is not a regular file (a FIFO, device or socket); give a file name")
     try:
-        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp"):
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=TEMPORARY):
             pass
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot write in {p.parent} ({e.strerror})") from None
@@ -94,25 +95,6 @@ def distinct_files(named: dict) -> None:
             if key == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q)):
                 raise UsageError(f"{option} and {other} are the same file ({p}); give {option} another name")
         seen[option] = p
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, renamed over ``path`` only once all of it is written: a full
-    disk or an interrupted run never leaves a half-written file, nor destroys the one that was there."""
-    tmp = None
-    try:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
-            tmp = Path(f.name)
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def default_answer_file(recording: Path) -> Path:
@@ -189,10 +171,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
 def cmd_batch(a: argparse.Namespace) -> int:
     """``voicechat batch``: everything about the test set and the output folder is checked before the model loads."""
     import contextlib
-    import tempfile
 
     from . import load
     from .batch import BatchProgress, RunSettings, find_items, prepare_output, run_batch, summary_text
+    from .limits import checked_prompt, checked_seed
     from .random_checkpoint import write_tiny_checkpoint
 
     if a.sessions != 1:
@@ -203,6 +185,8 @@ def cmd_batch(a: argparse.Namespace) -> int:
     if fmt == "fdb" and (a.extra_seconds is not None or a.reference):
         raise UsageError("a Full-Duplex-Bench answer is the input's own timeline: --extra-seconds and --reference "
                          "do not apply")
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
     settings = RunSettings(model="voicechat-demo" if a.demo else a.model, demo_model=a.demo, format=fmt,
                            system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
                            generation=generation_config(a), tools=chosen_tools(a))

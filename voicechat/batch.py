@@ -4,15 +4,14 @@ one output folder, resumably (docs/batch.md).
 Layout of ``--out DIR``: ``run.json`` (what the run was asked), ``summary.jsonl`` (one line per item, then a totals
 line) and ``items/{ID}/``: ``answer.wav`` and ``conversation.json`` (what ``generate`` and ``generate --json``
 write), plus, for a Full-Duplex-Bench root, ``output.wav``, ``output.json`` and the sample's own JSON files, so that
-``items/`` is a root the benchmark's ``evaluate.py`` scores. Every file is written under a temporary name and renamed;
-``conversation.json`` comes last and marks the item complete.
+``items/`` is a root the benchmark's ``evaluate.py`` scores. Every file is written under a temporary name and renamed
+(:func:`voicechat.files.write_atomically`); ``conversation.json`` comes last and marks the item complete.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import sys
 import time
@@ -25,6 +24,8 @@ import numpy as np
 from .audio import check_recording, duration_words, read_audio, resample, wav_bytes
 from .config import FRAME_SECONDS, GenerationConfig
 from .errors import TestSetError, VoiceChatError
+from .files import TEMPORARY, write_atomically
+from .limits import SettingError, checked_prompt, checked_seed
 
 FOLDER, MANIFEST, FDB = "folder", "manifest", "fdb"
 FORMATS = (FOLDER, MANIFEST, FDB)
@@ -37,7 +38,6 @@ FDB_SCORED = {FDB_JSON, "clean_output.json", "rating.json"}  # an earlier model'
 FDB_SAMPLE_RATE = 16000
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".m4a", ".aac", ".opus", ".webm", ".caf", ".aiff", ".aif", ".mp4"}
 MANIFEST_KEYS = {"audio", "id", "system_prompt", "seed", "speaker", "extra_seconds"}
-PARTIAL = ".partial"  # suffix of a file being written; never a name the benchmark's scripts look for
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,12 @@ def manifest_item(line: str, path: Path, number: int) -> Item:
     item_id = entry.get("id", Path(entry["audio"]).with_suffix("").as_posix())
     if any(part in ("", ".", "..") for part in item_id.split("/")):
         raise TestSetError(f"{where}: the id {item_id!r} must be a relative name (it names the item's folder)")
+    try:  # the ranges every front end checks (docs/limits.md)
+        checked_seed(entry.get("seed", 0))
+        checked_prompt(entry.get("system_prompt", ""))
+        GenerationConfig(extra_seconds=entry.get("extra_seconds"))
+    except SettingError as e:
+        raise TestSetError(f"{where}: {e}") from None
     extra, speaker = entry.get("extra_seconds"), entry.get("speaker")
     if speaker is not None and (path.parent / speaker).is_file():  # a reference WAV beside the manifest
         speaker = str(path.parent / speaker)
@@ -213,18 +219,13 @@ def json_bytes(value) -> bytes:
 
 
 def write_files(folder: Path, files: dict) -> None:
-    """Each file under ``<name>.partial``, then renamed in the given order (an interrupted run leaves no half-written
-    output under its real name); partial files of an interrupted write are removed."""
+    """Each file written atomically, in the given order (the record last); what a killed write left behind (its
+    temporary files: the item is being redone) is removed first."""
     folder.mkdir(parents=True, exist_ok=True)
-    partial = {name: folder / (name + PARTIAL) for name in files}
-    try:
-        for name, data in files.items():
-            partial[name].write_bytes(data)
-        for name in files:
-            os.replace(partial[name], folder / name)
-    finally:
-        for path in partial.values():
-            path.unlink(missing_ok=True)
+    for stale in folder.glob(f".*{TEMPORARY}"):
+        stale.unlink()
+    for name, data in files.items():
+        write_atomically(folder / name, data)
 
 
 # ----------------------------------------------------------------------------------------------------------------
