@@ -331,7 +331,7 @@ def item_generation(item: Item, settings: RunSettings) -> GenerationConfig:
 def read_item(item: Item, gen: GenerationConfig) -> tuple[np.ndarray, int]:
     """The item's samples and rate, checked as generate checks them (AudioInputError, one line)."""
     samples, rate = read_audio(item.audio)
-    check_recording(samples, rate, max_seconds=gen.max_input_seconds)
+    check_recording(samples, rate, max_seconds=gen.max_input_seconds, name=item.audio.name)
     return samples, rate
 
 
@@ -375,10 +375,12 @@ def recorded_outcome(item: Item, folder: Path) -> Outcome:
 # the runner
 # ----------------------------------------------------------------------------------------------------------------
 class BatchProgress:
-    """One stderr line, redrawn per frame: items done of all, in flight, the frames of the running one, ETA, RTF."""
+    """Items finished of all, conversations in flight, ETA and RTF on stderr: on a terminal one line redrawn per
+    frame; into a file or a pipe (a log) a line of its own as each item finishes (as ``generate``'s bar does)."""
 
     def __init__(self, total: int, stream=None, width: int = 24):
         self.total, self.stream, self.width = total, stream or sys.stderr, width
+        self.tty = self.stream.isatty()
         self.start = time.perf_counter()
         self.finished = 0  # items done, skipped or failed
         self.frames = self.wall = 0.0  # of the items answered so far (for the RTF)
@@ -392,7 +394,8 @@ class BatchProgress:
         self.draw(0, 0, 0.0)
 
     def __call__(self, done: int, total: int, update) -> None:
-        self.draw(1, done / max(total, 1), update.elapsed_s, done)
+        if self.tty:
+            self.draw(1, done / max(total, 1), update.elapsed_s, done)
 
     def draw(self, in_flight: int, fraction: float, elapsed_item: float, frames_item: int = 0) -> None:
         from .engine import realtime_factor
@@ -405,17 +408,18 @@ class BatchProgress:
         rtf = f"{realtime_factor(wall, int(frames), FRAME_SECONDS):.2f}" if frames else "?"
         line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.finished}/{self.total} items  "
                 f"{in_flight} in flight  ETA {eta}  RTF {rtf}")
-        self.stream.write("\r" + line.ljust(self.drawn))
+        self.stream.write("\r" + line.ljust(self.drawn) if self.tty else line + "\n")
         self.stream.flush()
-        self.drawn = len(line)
+        self.drawn = len(line) if self.tty else 0
 
     def say(self, message: str) -> None:
         """A line above the bar (a failed item)."""
-        self.stream.write("\r" + message.ljust(self.drawn) + "\n")
+        self.stream.write("\r" * self.tty + message.ljust(self.drawn) + "\n")
         self.drawn = 0
 
     def close(self) -> None:
-        self.stream.write("\n")
+        if self.tty:
+            self.stream.write("\n")
 
 
 def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings,
