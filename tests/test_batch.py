@@ -71,6 +71,7 @@ def write_question(path, rate=16000, channels=1, subtype="PCM_16"):
 # ----------------------------------------------------------------------------------------------------------------
 # a folder of recordings: each item is generate's answer; bad items are listed and skipped; a rerun skips what is done
 # ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # runs voicechat batch as a process
 def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones(tmp_path):
     recordings, out = tmp_path / "set", tmp_path / "out"
     write_question(recordings / "question.wav")
@@ -118,6 +119,7 @@ def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones
 # ----------------------------------------------------------------------------------------------------------------
 # a manifest: per-item prompt, seed, extra seconds and id
 # ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # runs voicechat batch as a process
 def test_a_manifest_gives_each_item_its_own_settings(tmp_path):
     audio = write_question(tmp_path / "audio" / "q.wav")
     manifest, out = tmp_path / "set.jsonl", tmp_path / "out"
@@ -159,6 +161,7 @@ def assert_benchmark_chunk_format(transcript: dict) -> None:
     assert transcript["text"] == " ".join(chunk["text"] for chunk in transcript["chunks"])
 
 
+@pytest.mark.slow  # runs voicechat batch as a process
 def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
     root, out = tmp_path / "candor_pause_handling", tmp_path / "out"
     write_question(root / "1" / "input.wav", rate=48000)  # the benchmark's pause-handling example is 48 kHz
@@ -222,6 +225,7 @@ def test_a_full_duplex_bench_root_is_scored_as_the_benchmark_reads_it(tmp_path):
             assert end <= round(seconds, 3)
 
 
+@pytest.mark.slow  # runs voicechat batch as a process
 def test_the_demo_model_answers_a_set_without_a_checkpoint(tmp_path):
     root, out = tmp_path / "root", tmp_path / "out"
     write_question(root / "1" / "input.wav")
@@ -259,6 +263,7 @@ def five_recordings(tmp_path_factory):
     return root / "set", root / "whole"
 
 
+@pytest.mark.slow  # runs voicechat batch as a process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
 def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_recordings, tmp_path):
     recordings, whole = five_recordings
