@@ -52,7 +52,7 @@ STARTING, DOWNLOADING, LOADING, READY, FAILED, CLOSED = (
     "starting", "downloading", "loading", "ready", "failed", "closed")
 
 ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a loaded voicechat model
-# The real-time factor assumed until a run has been measured (README, Speed): near real time on a GPU (reported on
+# The real-time factor assumed until a run has been measured (docs/performance.md): near real time on a GPU (reported on
 # recent Apple Silicon), about 100 times slower than real time on a CPU.
 EXPECTED_REALTIME_FACTOR = {"gpu": 1.0, "cpu": 100.0}
 
