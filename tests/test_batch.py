@@ -319,7 +319,7 @@ def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_record
      "the id '/abs' must be a relative name"),
     (lambda p: write_question(p / "s" / "q.wav") and write_question(p / "s" / "q.flac", subtype="PCM_16").parent,
      [], "two items have the id 'q' (q.flac and q.wav)"),
-    (lambda p: write_question(p / "s" / "q.wav").parent, ["--sessions", "4"], "--sessions above 1 needs"),
+    (lambda p: write_question(p / "s" / "q.wav").parent, ["--sessions", "0"], "--sessions 0: give 1 or more"),
     (lambda p: write_question(p / "r" / "1" / "input.wav").parent.parent, ["--extra-seconds", "1"],
      "--extra-seconds and --reference do not apply"),
     (lambda p: write_question(p / "s" / "q.wav").parent, ["--out", "/nonexistent-folder/out"],
