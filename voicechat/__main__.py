@@ -203,9 +203,8 @@ def cmd_batch(a: argparse.Namespace) -> int:
     from .batch import BatchProgress, RunSettings, find_items, prepare_output, run_batch, summary_text
     from .limits import checked_prompt, checked_seed
 
-    if a.sessions != 1:
-        raise UsageError("--sessions above 1 needs the shared frame step of many conversations (issue 29), which "
-                         "this version does not have yet; use --sessions 1")
+    if a.sessions < 1:
+        raise UsageError(f"--sessions {a.sessions}: give 1 or more")
     source, out = Path(a.input).expanduser(), Path(a.out).expanduser()
     fmt, items = find_items(source, a.format)
     if fmt == "fdb" and (a.extra_seconds is not None or a.reference):
@@ -225,7 +224,7 @@ def cmd_batch(a: argparse.Namespace) -> int:
         bar = None if a.quiet else BatchProgress(len(items))
         t0 = time.perf_counter()
         try:
-            outcomes = run_batch(model, items, out, settings, bar)
+            outcomes = run_batch(model, items, out, settings, a.sessions, bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -244,8 +243,8 @@ def add_batch_parser(sub) -> None:
     b.add_argument("--out", required=True, help="output folder: run.json, summary.jsonl and items/{ID}/; running the "
                                                 "same command again skips the items already complete")
     b.add_argument("--format", choices=FORMATS, help="what INPUT is (default: detected)")
-    b.add_argument("--sessions", type=int, default=1, help="conversations stepped at once (default 1; more need the "
-                                                           "shared frame step of issue 29, not in this version)")
+    b.add_argument("--sessions", type=int, default=1, help="conversations stepped together in one frame step "
+                                                           "(default 1; docs/batching.md)")
     add_model_arguments(b)
     add_answer_arguments(b)
     b.set_defaults(func=cmd_batch)
