@@ -190,7 +190,8 @@ def test_a_huge_prompt_is_one_line_not_a_crash(tmp_path):
     """100 KB of instructions made the prefill ask for tens of GB (exit 139); a prompt within the character cap
     but past MAX_PROMPT_POSITIONS is refused once the tokenizer has counted it, before any model work."""
     for prompt, words in [("y" * 100_000, "the system prompt has 100000 characters"),
-                          ("x " * 3000, "the system prompt takes 6002 timeline positions; the limit is 2048")]:
+                          ("x " * 3000, "the system prompt takes 6002 timeline positions; the limit is 2048"),
+                          (b"caf\xe9 latin-1", "the system prompt is not valid text: character 3")]:
         p = run_cli("generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio",
                     str(tmp_path / "a.wav"), "--quiet", "--system-prompt", prompt, cwd=tmp_path)
         assert p.returncode == 2 and p.stdout == "", p.stderr

@@ -18,7 +18,7 @@ from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .errors import AudioInputError, ToolError, VoiceChatError
-from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 
 
 class UsageError(Exception):
@@ -141,7 +141,6 @@ def print_tool_calls(result) -> None:
 def cmd_generate(a: argparse.Namespace) -> int:
     from . import load
     from .audio import check_recording, read_audio, wav_bytes
-    from .limits import checked_prompt, checked_seed
     from .engine import make_answer
     from .result import conversation_json
 
@@ -260,6 +259,8 @@ def cmd_live(a: argparse.Namespace) -> int:
         raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
     options = LiveOptions(
         model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=chosen_tools(a),
         input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
