@@ -43,6 +43,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.websockets import WebSocketDisconnect
 
 from .audio import to_int16
+from .config import FRAME_SECONDS
 from .engine import READY, EngineBusy, LiveRequest
 from .errors import ToolError, VoiceChatError
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, checked_prompt
@@ -58,7 +59,7 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default
 # 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
 # connection (docs/live.md §3)
 CLOSE_TRY_AGAIN_LATER = 1013
-CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
+CLOSE_POLICY_VIOLATION = 1008  # a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 # A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
@@ -308,7 +309,6 @@ def new_id(prefix: str) -> str:
 # the model's frames -> GA server events
 # ---------------------------------------------------------------------------------------------------------------
 MODEL_RATE = 22050  # Frame.audio (docs/streaming.md §6): 1764 samples per 80 ms frame
-FRAME_SECONDS = 0.08
 
 
 class AudioOut:
@@ -639,6 +639,8 @@ class Connection:
                 self.unsent -= item[1]
         except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
             log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
+        except Exception:  # a bug: the connection ends, and the log says why
+            log.error("%s: the writer failed\n%s", self.name, traceback.format_exc())
 
     # ---- receiving ---------------------------------------------------------------------------------------------
     async def read(self) -> None:
