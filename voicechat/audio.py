@@ -186,8 +186,8 @@ def wav_bytes(x: np.ndarray, rate: int) -> bytes:
 
 
 def write_wav(path: Union[str, Path], x: np.ndarray, rate: int) -> Path:
-    """A 16-bit PCM WAV ([N] mono or [N, channels]), written through a temporary file (voicechat/outputs.py)."""
-    from .outputs import write_atomically
+    """A 16-bit PCM WAV ([N] mono or [N, channels]), written through a temporary file (voicechat/files.py)."""
+    from .files import write_atomically
 
     path = Path(path)
     write_atomically(path, wav_bytes(x, rate))

@@ -498,7 +498,7 @@ def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveO
     from .audio import write_wav
     from .config import GenerationConfig
     from .engine import make_answer
-    from .outputs import write_atomically
+    from .files import write_atomically
     from .result import conversation_json
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """The files voicechat writes for a user (docs/limits.md §4): each output path checked before the long run, and
-written through a temporary file that is renamed over it once complete."""
+written so that no reader ever sees half of it (the CLI's answers and records, every WAV, every file of
+``voicechat batch``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import OutputError, VoiceChatError
+
+TEMPORARY = ".tmp"  # what a file being written ends in: ``.<name>.<random>.tmp`` beside its target
 
 
 def checked_output(path: Optional[str], option: str) -> Optional[Path]:
@@ -40,7 +43,7 @@ def checked_folder(path: str, option: str) -> Path:
 def check_writable(folder: Path, option: str, path: str) -> None:
     """A file can be created in ``folder`` now (permissions, a read-only or special file system)."""
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".voicechat-", suffix=".tmp"):
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".voicechat-", suffix=TEMPORARY):
             pass
     except OSError as e:
         raise OutputError(f"{option} {path}: cannot write in {folder} ({e.strerror})") from None
@@ -65,13 +68,15 @@ def write_atomically(path: Path, data: bytes) -> None:
     path = Path(path)
     tmp = None
     try:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY, delete=False) as f:
             tmp = Path(f.name)
             f.write(data)
         os.replace(tmp, path)
-    except BaseException as e:
+    except OSError as e:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
+        raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
+    except BaseException:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
