@@ -162,7 +162,22 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
                          "(or pip install \"voicechat[app]\")") from None
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+    if not a.ray:
+        for option in ("address", "replicas", "max_sessions", "gpus_per_replica", "replicas_per_node"):
+            if getattr(a, option) is not None:
+                raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
+        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+        return 0
+    try:
+        from .deploy import ArgumentError, run
+    except ImportError as e:
+        raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
+    try:
+        run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
+            api_key=a.api_key, replicas=a.replicas or 1, max_sessions=a.max_sessions or 1,
+            gpus_per_replica=a.gpus_per_replica or 0.0, replicas_per_node=a.replicas_per_node)
+    except ArgumentError as e:
+        raise UsageError(str(e)) from None
     return 0
 
 
@@ -184,6 +199,16 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")")
+    r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
+    r.add_argument("--address", help="the Ray cluster to deploy on (e.g. ray://head:10001 or head:6379; default: "
+                                     "start a local cluster and stop it on exit)")
+    r.add_argument("--replicas", type=int, help="replicas of the model, each with its own engine (default 1)")
+    r.add_argument("--max-sessions", type=int, help="conversations one replica holds (default 1)")
+    r.add_argument("--gpus-per-replica", type=float, help="GPUs Ray reserves for each replica (default 0: none, as "
+                                                          "on a Mac or a CPU host; 1 on a CUDA host)")
+    r.add_argument("--replicas-per-node", type=int, help="at most this many replicas on one Ray node (e.g. 1 on "
+                                                         "Macs: one model per machine)")
     s.set_defaults(func=cmd_serve)
 
 

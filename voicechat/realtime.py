@@ -675,7 +675,7 @@ class Connection:
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
                          name=f"voicechat-realtime-{self.name}").start()
         self.follower = asyncio.create_task(self.follow(live, events))
-        log.info("%s: live session opened", self.name)
+        log.info("%s: live session %s opened", self.name, self.session_id)
         return True
 
     async def follow(self, live, events: asyncio.Queue) -> None:
@@ -799,28 +799,37 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool) -> None:
-    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` until interrupted."""
-    import socket
+def loaded_engine(*, model: str, demo: bool, offline: bool):
+    """Start an engine and wait until its model has loaded: (the engine, the model's name). ServeError if it failed.
+    ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import tempfile
     import time
 
-    import uvicorn
-
     from . import engine as eng
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if demo:
         loader, name = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), "voicechat-demo"
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model
     engine = eng.Engine(loader, name=name).start()
+    while engine.status().state not in (eng.READY, eng.FAILED):
+        time.sleep(0.1)
+    if engine.status().state == eng.FAILED:
+        engine.close()
+        raise ServeError(engine.status().message)
+    return engine, name
+
+
+def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool) -> None:
+    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` until interrupted."""
+    import socket
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline)
     try:
-        while engine.status().state not in (eng.READY, eng.FAILED):
-            time.sleep(0.1)
-        if engine.status().state == eng.FAILED:
-            raise ServeError(engine.status().message)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
