@@ -56,30 +56,37 @@ class ArgumentError(ServeError):
 # admission: the replica with the fewest conversations
 # ---------------------------------------------------------------------------------------------------------------
 class FewestConversations(RequestRouter):
-    """Ray Serve request router: a new connection goes to a replica with the fewest open connections, so a replica's
-    answer slot (``ANSWER_SLOTS``) is used only once every replica is full. Ray's default (power of two choices)
-    compares two random replicas: with three or more it could pick a full one beside a free one.
+    """Ray Serve request router: a new connection goes to the replica with the fewest open connections, asked of
+    every replica as it comes (one small call each, once per conversation), so a full replica's answer slot
+    (``ANSWER_SLOTS``) is used only when every replica is full, and a replica that does not answer within
+    ``PROBE_SECONDS`` (stuck, dying) gets none. Ray's default (power of two choices) compares two random replicas
+    by counts it keeps up to 10 s: with three or more replicas it can pick a full one beside a free one.
 
-    The router's counts are Ray's (``replica_queue_len_cache``: corrected by each replica's answer, kept about 10 s);
-    a count Ray does not have is asked of the replica first. The chosen replica's count goes up at once: Ray raises
-    it only when the request is sent, and a connection routed meanwhile would see the old count and go to the same
-    replica."""
+    The chosen replica's count goes up at once in Ray's table (``replica_queue_len_cache``): Ray raises it only when
+    the request is sent, and a connection routed meanwhile must see it."""
 
     async def choose_replicas(self, candidate_replicas, pending_request=None):
-        counts = self.replica_queue_len_cache
-        unknown = [r for r in candidate_replicas if counts.get(r.replica_id) is None]
-        answers = await asyncio.gather(*(r.get_queue_len(deadline_s=PROBE_SECONDS) for r in unknown),
-                                       return_exceptions=True)
-        for replica, n in zip(unknown, answers):
-            if isinstance(n, int) and counts.get(replica.replica_id) is None:  # a choice made meanwhile is newer
-                counts.update(replica.replica_id, n)
-        known = [r for r in candidate_replicas if counts.get(r.replica_id) is not None]
-        if not known:  # none answered (dead, stuck): Ray asks again after a backoff
+        counts = await self.connections(candidate_replicas)
+        if not counts:  # none answered: Ray asks again after a backoff
             return []
-        fewest = min(counts.get(r.replica_id) for r in known)
-        chosen = random.choice([r for r in known if counts.get(r.replica_id) == fewest])
-        counts.update(chosen.replica_id, fewest + 1)
+        fewest = min(counts.values())
+        chosen = random.choice([r for r, n in counts.items() if n == fewest])
+        self.replica_queue_len_cache.update(chosen.replica_id, fewest + 1)
         return [[chosen]]
+
+    async def connections(self, replicas) -> dict:
+        """{replica: connections it holds} for the replicas that answered in time. Where Ray's table changed while
+        the answers came (a choice or a send meanwhile), its count is the newer one."""
+        table = self.replica_queue_len_cache
+        before = [table.get(r.replica_id) for r in replicas]
+        answers = await asyncio.gather(*(asyncio.wait_for(r.get_queue_len(deadline_s=PROBE_SECONDS), PROBE_SECONDS)
+                                         for r in replicas), return_exceptions=True)
+        counts = {}
+        for replica, old, n in zip(replicas, before, answers):
+            if isinstance(n, int):
+                now = table.get(replica.replica_id)
+                counts[replica] = n if now is None or now == old else now
+        return counts
 
 
 # ---------------------------------------------------------------------------------------------------------------
