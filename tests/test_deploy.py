@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import re
 import shutil
@@ -74,6 +75,20 @@ def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
     assert run.returncode == 0, f"the cluster tests failed inside the namespace:\n{run.stdout}\n{run.stderr}"
     assert re.search(r"\b[1-9]\d* passed", run.stdout) and " skipped" not in run.stdout.splitlines()[-1]
     assert ray_processes(str(temp)) == []  # nothing the cluster started outlives it
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# inside: the benchmark (first: before the cluster's fixture starts its cluster)
+# ---------------------------------------------------------------------------------------------------------------
+@inside_only
+def test_the_ray_path_benchmark_reports_both_servers_and_the_restart(tmp_path):
+    out = tmp_path / "ray_path.json"
+    subprocess.run([sys.executable, "-m", "voicechat.benchmarks.ray_path", "--frames", "3", "--rounds", "1",
+                    "--json", str(out)], cwd=ROOT, check=True, timeout=600,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = json.loads(out.read_text())
+    assert r["frames"]["direct"]["n"] == r["frames"]["ray"]["n"] == 3
+    assert r["replica_load_s"] > 0 and r["restart_s"] > 0 and r["deploy_ready_s"] > 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
