@@ -78,6 +78,54 @@ def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the command line and the config file (no cluster)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--replicas", "2"], "--replicas needs --ray"),
+    (["--ray", "--max-sessions", "2"], "--max-sessions: one model holds one conversation today"),
+    (["--ray", "--replicas", "0"], "--replicas must be at least 1 (got 0)"),
+    (["--ray", "--port", "0"], "--ray needs a fixed --port"),
+])
+@inside_only  # a regression that let one through would start Ray: in the namespace, it stays on loopback
+def test_bad_deployment_options_exit_2_with_one_line(args, message):
+    r = subprocess.run([sys.executable, "-m", "voicechat", "serve", "--demo", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {r.stderr.strip()[7:]}" and message in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def docs_config() -> dict:
+    import yaml
+
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    return yaml.safe_load(re.search(r"```yaml\n(# voicechat.yaml.*?)```", text, re.S).group(1))
+
+
+def test_the_documented_config_file_is_a_valid_serve_config_of_the_builder():
+    from ray.serve.schema import ServeDeploySchema
+
+    config = ServeDeploySchema.model_validate(docs_config())
+    (application,) = config.applications
+    assert application.import_path == "voicechat.deploy:build"
+    env = config.controller_options.runtime_env["env_vars"]
+    assert env == {deploy.PROXY_CALLBACK: deploy.PROXY_MIDDLEWARES}
+    assert deploy.build(application.args) is not None  # the builder takes the documented arguments
+    (realtime_options,) = application.deployments
+    assert realtime_options.name == "Realtime"
+    with pytest.raises(deploy.ArgumentError, match="unknown argument 'replica'"):
+        deploy.build({"demo": "true", "replica": "2"})
+    with pytest.raises(deploy.ArgumentError, match="expected true or false"):
+        deploy.build({"demo": "maybe"})
+
+
+def test_the_proxy_imports_the_middleware_from_the_documented_path():
+    from ray.serve._private.utils import call_function_from_import_path
+
+    (middleware,) = call_function_from_import_path(deploy.PROXY_MIDDLEWARES)
+    assert middleware.cls is deploy.ReplicaLoss
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # inside: the benchmark (first: before the cluster's fixture starts its cluster)
 # ---------------------------------------------------------------------------------------------------------------
 @inside_only

@@ -174,11 +174,17 @@ def cmd_serve(a: argparse.Namespace) -> int:
         raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
     try:
         run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
-            api_key=a.api_key, replicas=a.replicas or 1, max_sessions=a.max_sessions or 1,
-            gpus_per_replica=a.gpus_per_replica or 0.0, replicas_per_node=a.replicas_per_node)
+            api_key=a.api_key, replicas=default(a.replicas, 1), max_sessions=default(a.max_sessions, 1),
+            gpus_per_replica=default(a.gpus_per_replica, 0.0), replicas_per_node=a.replicas_per_node)
     except ArgumentError as e:
         raise UsageError(str(e)) from None
     return 0
+
+
+def default(value, otherwise):
+    """An option's value, or ``otherwise`` when it was not given (the Ray options default to None: without --ray,
+    giving one is an error)."""
+    return otherwise if value is None else value
 
 
 def add_model_arguments(p: argparse.ArgumentParser, demo: bool) -> None:
