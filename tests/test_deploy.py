@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,13 @@ def ray_processes(marker: str) -> list[str]:
     return found
 
 
+def ray_token() -> dict:
+    """Token authentication with a token of the run's own, in the environment of every Ray process it starts: Ray
+    2.60's ``ray.init`` would otherwise write one to ~/.ray/auth_token, which every later cluster of the machine
+    reads (a second node started without it is refused)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+
+
 def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
     if INSIDE:
         pytest.skip("this is the run inside the namespace")
@@ -69,7 +77,7 @@ def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
               f'{Path(__file__).relative_to(ROOT)} -k "not test_the_cluster"')
     run = subprocess.run([*NAMESPACES, "sh", "-c", script, sys.executable], cwd=ROOT, capture_output=True,
                          text=True, timeout=1200, env={**os.environ, "VOICECHAT_TEST_NAMESPACE": "1",
-                                                       "VOICECHAT_TEST_RAY_TEMP": str(temp)})
+                                                       "VOICECHAT_TEST_RAY_TEMP": str(temp), **ray_token()})
     print(run.stdout[-6000:], run.stderr[-3000:])
     shutil.rmtree(temp, ignore_errors=True)
     assert run.returncode == 0, f"the cluster tests failed inside the namespace:\n{run.stdout}\n{run.stderr}"
@@ -151,9 +159,10 @@ class Cluster:
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
         ray = [str(Path(sys.executable).parent / "ray"), "start", "--num-cpus", "1",
                "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-        subprocess.run([*ray, "--head", "--port", str(RAY_PORT), "--include-dashboard", "false",
-                        "--temp-dir", str(temp)], env=self.env, check=True, capture_output=True)
-        subprocess.run([*ray, "--address", f"127.0.0.1:{RAY_PORT}"], env=self.env, check=True, capture_output=True)
+        for args in (["--head", "--port", str(RAY_PORT), "--include-dashboard", "false", "--temp-dir", str(temp)],
+                     ["--address", f"127.0.0.1:{RAY_PORT}"]):
+            started = subprocess.run([*ray, *args], env=self.env, capture_output=True, text=True)
+            assert started.returncode == 0, f"ray start {' '.join(args)} failed:\n{started.stdout}\n{started.stderr}"
         self.log = open(temp / "serve.log", "w")
         self.serve = subprocess.Popen(
             [sys.executable, "-m", "voicechat", "serve", "--ray", "--address", f"127.0.0.1:{RAY_PORT}", "--demo",

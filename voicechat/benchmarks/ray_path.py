@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -148,7 +149,9 @@ def restart_seconds(server: Server) -> float:
 
 def run(model: str | None, frames: int, rounds: int) -> dict:
     temp = Path(tempfile.mkdtemp(prefix="vc-rp-"))  # short: Ray's socket paths must fit in 107 bytes
-    env = {**os.environ, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0",
+    # a token of the run's own: Ray's local cluster would otherwise write one to ~/.ray/auth_token
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), **os.environ, "RAY_TMPDIR": str(temp),
+           "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     which = ["--model", model] if model else ["--demo"]
     direct = Server([*which, "--port", "0"], env, temp / "direct.log")
