@@ -38,9 +38,11 @@ from voicechat import engine as eng  # noqa: E402
 from voicechat.audio import check_recording, check_upload, duration_words, read_audio, write_wav  # noqa: E402
 from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
+from voicechat.limits import SettingError, check_range, checked_prompt, checked_seed  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, system_prompt as tool_prompt  # noqa: E402
 from voicechat.webui import stream, talk, timeline  # noqa: E402
+from voicechat.webui.uploads import UPLOADS_CAP_BYTES, FileGuard  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 ASSETS = APP_DIR / "assets"
@@ -488,16 +490,19 @@ class RecordAndRun:
         try:
             samples, rate = read_audio(audio_path)
             check_recording(samples, rate)
-            config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
-                                       tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
-            ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name,
-                           picked_tools(tools))
-        except (AudioInputError, ValueError, TypeError) as e:
+        except AudioInputError as e:
             yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
             return
-        try:
+        try:  # the settings, checked as everywhere (voicechat/limits.py), before the engine queues anything
+            config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
+                                       tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
+            ask = Question(samples, rate, checked_prompt(system_prompt or ""), checked_seed(seed or 0), config,
+                           Path(audio_path).name, picked_tools(tools))
             job = self.engine.submit(eng.Request(ask.samples, ask.rate, ask.system_prompt, ask.seed, ask.config,
                                                  ask.tools), owner=getattr(request, "session_hash", None))
+        except (SettingError, ValueError, TypeError) as e:
+            yield self._frame(status=status_html("error", "A setting cannot be used", str(e)), **cleared)
+            return
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
@@ -623,15 +628,18 @@ class Page:
         return status.state in (eng.READY, eng.FAILED, eng.CLOSED)
 
 
-def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode: bool = False) -> gr.Blocks:
+def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode: bool = False,
+              api_key: Optional[str] = None) -> gr.Blocks:
     """The Blocks UI. Gradio's upload and cache folders are put under ``outputs`` (before any component exists), so
-    that, with ``allowed_paths=serve_paths(outputs)``, the app serves nothing but its outputs and the examples."""
+    that, with ``allowed_paths=serve_paths(outputs)``, the app serves nothing but its outputs and the examples.
+    ``api_key``: what the Talk live tab's /v1/realtime and /live/tool require, as ``serve --api-key`` does."""
     outputs = Path(outputs).resolve()
     outputs.mkdir(parents=True, exist_ok=True)
-    os.environ["GRADIO_TEMP_DIR"] = str(outputs / "gradio")
-    os.environ["GRADIO_EXAMPLES_CACHE"] = str(outputs / "gradio" / "examples")
+    os.environ["GRADIO_TEMP_DIR"] = str(uploads_folder(outputs))
+    os.environ["GRADIO_EXAMPLES_CACHE"] = str(uploads_folder(outputs) / EXAMPLES_CACHE)
     record = RecordAndRun(engine, outputs, demo_mode)
-    live = talk.TalkLive(engine, outputs, demo_mode, system_prompt=NVIDIA_PROMPT)  # the Talk live tab (webui/talk.py)
+    live = talk.TalkLive(engine, outputs, demo_mode, system_prompt=NVIDIA_PROMPT,  # the Talk live tab (webui/talk.py)
+                         api_key=api_key)
     page = Page(engine, [record, live])
 
     with gr.Blocks(title="VoiceChat", analytics_enabled=False) as demo:
@@ -660,15 +668,28 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
     return demo
 
 
+EXAMPLES_CACHE = "examples"  # Gradio's examples cache, inside the uploads folder (never pruned)
+
+
+def uploads_folder(outputs: Path) -> Path:
+    """Gradio's uploads (and cache) folder: GRADIO_TEMP_DIR."""
+    return Path(outputs).resolve() / "gradio"
+
+
 def serve_paths(outputs: Path) -> list[str]:
     """All the app serves: its outputs folder (Gradio's uploads and cache live there) and the example WAVs."""
     return [str(Path(outputs).resolve()), *(str(ASSETS / e["file"]) for e in load_examples())]
 
 
-def launch(demo: gr.Blocks, outputs: Path, **kwargs):
+def launch(demo: gr.Blocks, outputs: Path, uploads_cap_bytes: int = UPLOADS_CAP_BYTES, **kwargs):
+    """Serve the page; files go out as audio or downloads, and the uploads keep to ``uploads_cap_bytes``, oldest
+    removed first (voicechat/webui/uploads.py)."""
+    from starlette.middleware import Middleware
+
+    guard = Middleware(FileGuard, uploads=uploads_folder(outputs), cap_bytes=uploads_cap_bytes, keep=(EXAMPLES_CACHE,))
     return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
                        js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
-                       app_kwargs=talk.app_kwargs(demo), **kwargs)
+                       app_kwargs={**talk.app_kwargs(demo), "middleware": [guard]}, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -714,7 +735,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
-    return p.parse_args(argv)
+    p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
+                   help="the Talk live tab's Realtime API (/v1/realtime) and tool route need this key, as "
+                        "`voicechat serve --api-key` (default: $VOICECHAT_API_KEY); the tab asks for it")
+    p.add_argument("--max-uploads-mb", type=float, default=UPLOADS_CAP_BYTES / 2 ** 20,
+                   help=f"the uploads kept at most, in MiB; the oldest go first (default {UPLOADS_CAP_BYTES / 2 ** 20:g})")
+    args = p.parse_args(argv)
+    try:
+        check_range("max_uploads_mb", "--max-uploads-mb", args.max_uploads_mb, 0.0, low_open=True)
+    except SettingError as e:
+        p.error(str(e))
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -728,9 +759,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         name = args.model
         print(f"Model: {name} (downloaded on first use into the Hugging Face cache; progress is shown below "
               "and in the app).")
+    if args.share and not args.api_key:
+        print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
     engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING).start()
-    demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo)
-    launch(demo, args.outputs, server_name=args.host, server_port=args.port, share=args.share)
+    demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)
+    launch(demo, args.outputs, uploads_cap_bytes=round(args.max_uploads_mb * 2 ** 20), server_name=args.host,
+           server_port=args.port, share=args.share)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -376,6 +377,104 @@ def test_only_outputs_and_examples_are_served(served):
     assert http_status(served_file + "/etc/passwd") == 403
     (outputs / "runs").mkdir(parents=True, exist_ok=True)
     assert http_status(served_file + str(outputs / "runs")) == 403  # no directory listings
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hardening (issue 25, docs/limits.md): settings, files served, the uploads' cap, the API key
+# ---------------------------------------------------------------------------------------------------------------
+def upload(url: str, name: str, data: bytes, content_type: str) -> str:
+    """POST one file to Gradio's upload route as the page does; returns the path it is kept under."""
+    boundary = secrets.token_hex(8)
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+            f"Content-Type: {content_type}\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(f"{url}gradio_api/upload", data=body,
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())[0]
+
+
+def served_headers(url: str, path: str) -> dict:
+    with urllib.request.urlopen(f"{url}gradio_api/file={path}", timeout=30) as r:
+        return {k.lower(): v for k, v in r.headers.items()}
+
+
+def test_uploads_come_back_as_audio_or_as_downloads_never_as_pages(served):
+    """An uploaded .html or .svg was served inline from the app's origin (a stored script under --share)."""
+    url = served[0]
+    script = b"<script>document.title = 'owned'</script>"
+    for name, data, kind in [("page.html", script, "text/html"), ("note.txt", script, "text/plain"),
+                             ("image.svg", b"<svg xmlns='http://www.w3.org/2000/svg'>" + script + b"</svg>",
+                              "image/svg+xml")]:
+        headers = served_headers(url, upload(url, name, data, kind))
+        assert headers["content-disposition"] == f'attachment; filename="{name}"', headers
+        assert headers["x-content-type-options"] == "nosniff" and headers["content-security-policy"] == "sandbox"
+    headers = served_headers(url, upload(url, "question.wav", EXAMPLE.read_bytes(), "audio/wav"))
+    assert headers["content-type"] == "audio/wav" and headers["content-disposition"].startswith("inline")
+
+
+def test_bad_settings_are_one_line_before_the_engine_queues_anything(served):
+    url, model, *_ = served
+    model.gate = None
+    client = Client(url, verbose=False)
+    calls = len(model.calls)
+    for prompt, seed, words in [("Be brief.", 2 ** 64, "the seed must be a whole number from 0 to 2^64 - 1"),
+                                ("y" * 100_000, 0, "the system prompt has 100000 characters; the limit is 32768"),
+                                (" ".join(f"w{i}" for i in range(4000)), 0,
+                                 "timeline positions; the limit is 2048")]:
+        status = text_of(call(client, EXAMPLE, prompt=prompt, seed=seed).result(timeout=30)[OUT["status"]])
+        assert "A setting cannot be used" in status and words in status, status
+    assert len(model.calls) == calls  # nothing reached the model
+    assert "Answer ready" in text_of(call(client, EXAMPLE).result(timeout=60)[OUT["status"]])
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """The app with --api-key and a small uploads cap (300 KiB); yields (url, outputs folder)."""
+    engine = eng.Engine(loader_for(ScriptedModel(frame_delay=0.002)), name="scripted stand-in").start()
+    outputs = tmp_path_factory.mktemp("guarded")
+    demo = app.build_app(engine, outputs=outputs, api_key="sesame")
+    app.launch(demo, outputs, uploads_cap_bytes=300 * 1024, server_name="127.0.0.1", server_port=free_port(),
+               prevent_thread_lock=True, quiet=True)
+    yield demo.local_url, outputs
+    demo.close()
+    engine.close()
+
+
+def test_the_uploads_keep_to_their_cap_and_the_oldest_go_first(guarded):
+    url, outputs = guarded
+    kept = [upload(url, f"take{i}.wav", bytes([i]) * 100 * 1024, "audio/wav") for i in range(5)]
+    on_disk = [p for p in app.uploads_folder(outputs).rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in on_disk) <= 300 * 1024
+    assert [Path(p).exists() for p in kept] == [False, False, True, True, True]
+
+
+def test_the_api_key_guards_the_apps_realtime_route_and_tools(guarded):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = guarded[0]
+    ws = url.replace("http", "ws") + "v1/realtime"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws, open_timeout=30)
+    assert refused.value.response.status_code == 403
+    with connect(ws, subprotocols=["realtime", "openai-insecure-api-key.sesame"], open_timeout=30) as socket_:
+        assert json.loads(socket_.recv(timeout=30))["type"] == "session.created"
+
+    def tool(headers: dict) -> int:
+        request = urllib.request.Request(f"{url}live/tool", method="POST", headers={
+            "Content-Type": "application/json", **headers},
+            data=json.dumps({"name": "calculate", "arguments": '{"expression": "6*7"}'}).encode())
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                assert json.loads(json.loads(r.read())["output"])["result"] == 42
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert tool({}) == 403 and tool({"Authorization": "Bearer wrong"}) == 403
+    assert tool({"Authorization": "Bearer sesame"}) == 200
+    with urllib.request.urlopen(f"{url}live/status", timeout=30) as r:
+        assert json.loads(r.read())["key_required"] is True  # the Talk live tab asks for the key
 
 
 # ---------------------------------------------------------------------------------------------------------------

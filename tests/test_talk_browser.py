@@ -181,6 +181,31 @@ def test_a_conversation_that_falls_behind_stops_with_a_message(demo_app, browser
     page.context.close()
 
 
+def test_with_an_api_key_the_tab_asks_for_it_and_talks_with_the_right_one(demo_app, browser):
+    """app.py --api-key: the tab shows the key field; a wrong key is refused at the WebSocket's upgrade, and the
+    right one starts a conversation (and its tools would run through /live/tool with the same key)."""
+    url, tab = demo_app
+    tab.realtime.api_key = "sesame"
+    try:
+        page = open_tab(browser, url)
+        wait_ready(page)
+        expect(page.locator("#live-key")).to_be_visible()
+        page.locator("#live-key").fill("wrong")
+        page.locator("#live-start").click()
+        expect(page.locator("#live-status")).to_contain_text("The API key was refused", timeout=TIMEOUT)
+        expect(page.locator("#live-start")).to_be_enabled(timeout=TIMEOUT)
+        page.locator("#live-key").fill("sesame")
+        page.locator("#live-start").click()
+        expect(page.locator("#live-status")).to_contain_text("Live: talk now", timeout=TIMEOUT)
+        wait_stat(page, "frames", 0)
+        page.locator("#live-stop").click()
+        expect(page.locator("#live-status")).to_contain_text("Stopped")
+    finally:
+        tab.realtime.api_key = None
+    expect(page.locator("#live-key")).to_be_hidden(timeout=TIMEOUT)  # the next status: no key needed any more
+    page.context.close()
+
+
 def test_record_and_run_plays_the_answer_while_it_is_generated(served, browser):  # noqa: F811
     """The scripted stand-in holds its answer half way (a gate): by then the page's player has played answer audio,
     through the same worklet and jitter buffer as Talk live."""

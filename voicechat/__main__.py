@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .errors import AudioInputError, ToolError, VoiceChatError
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
 
 
 class UsageError(Exception):
@@ -61,7 +64,8 @@ def input_file(path: str) -> Path:
 
 
 def output_file(path: Optional[str], option: str) -> Optional[Path]:
-    """An output path checked before the long run: its folder must exist and it must not be a folder itself."""
+    """An output path checked before the long run: a regular file or a new name (never a folder, FIFO or device) in a
+    folder where a file can be created now (a read-only file system is found here, not after the run)."""
     if path is None:
         return None
     p = Path(path).expanduser()
@@ -69,7 +73,46 @@ def output_file(path: Optional[str], option: str) -> Optional[Path]:
         raise UsageError(f"{option} {path} is a folder; give a file name in it")
     if not p.parent.is_dir():
         raise UsageError(f"{option} {path}: the folder {p.parent} does not exist; create it first")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"{option} {path} is not a regular file (a FIFO, device or socket); give a file name")
+    try:
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write in {p.parent} ({e.strerror})") from None
     return p
+
+
+def distinct_files(named: dict) -> None:
+    """No output may be the input or another output (same path, or the same file by another name)."""
+    seen: dict = {}
+    for option, p in named.items():
+        if p is None:
+            continue
+        key = p.resolve()
+        for other, q in seen.items():
+            if key == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q)):
+                raise UsageError(f"{option} and {other} are the same file ({p}); give {option} another name")
+        seen[option] = p
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same folder, renamed over ``path`` only once all of it is written: a full
+    disk or an interrupted run never leaves a half-written file, nor destroys the one that was there."""
+    tmp = None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
+            tmp = Path(f.name)
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
+    except BaseException:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def default_answer_file(recording: Path) -> Path:
@@ -97,14 +140,18 @@ def print_tool_calls(result) -> None:
 
 def cmd_generate(a: argparse.Namespace) -> int:
     from . import load
-    from .audio import check_recording, read_audio, write_wav
+    from .audio import check_recording, read_audio, wav_bytes
+    from .limits import checked_prompt, checked_seed
     from .engine import make_answer
     from .result import conversation_json
 
     recording = input_file(a.audio)
     answer_file = output_file(a.output_audio, "--output-audio") or default_answer_file(recording)
     json_file = output_file(a.json, "--json")
+    distinct_files({"--audio": recording, "--output-audio": answer_file, "--json": json_file})
     gen = generation_config(a)
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
     samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
     check_recording(samples, rate, max_seconds=gen.max_input_seconds)
     tools = chosen_tools(a)
@@ -127,14 +174,14 @@ def cmd_generate(a: argparse.Namespace) -> int:
     if result.function_text.strip():
         print(f"[function] {result.function_text.strip()}")
     print_tool_calls(result)
-    write_wav(answer_file, result.audio, result.sample_rate)
+    write_atomically(answer_file, wav_bytes(result.audio, result.sample_rate))
     print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
     if json_file:
         record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model,
                                    input_file=recording.name, input_sample_rate=rate, input_seconds=len(samples) / rate,
                                    system_prompt=a.system_prompt, seed=a.seed, generation_config=gen,
                                    answer_file=answer_file.name)
-        json_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        write_atomically(json_file, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         print(f"wrote {json_file}", file=sys.stderr)
     return 0
 
@@ -154,6 +201,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    check_port(a.port)
+    check_range("idle_timeout", "--idle-timeout", a.idle_timeout, 0.0)
     try:
         import uvicorn  # noqa: F401
         import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
@@ -166,7 +215,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         for option in ("address", "replicas", "max_sessions", "gpus_per_replica", "replicas_per_node"):
             if getattr(a, option) is not None:
                 raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
-        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline)
+        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+              idle_seconds=a.idle_timeout)
         return 0
     try:
         from .deploy import ArgumentError, run
@@ -174,8 +224,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
         raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
     try:
         run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
-            api_key=a.api_key, replicas=default(a.replicas, 1), max_sessions=default(a.max_sessions, 1),
-            gpus_per_replica=default(a.gpus_per_replica, 0.0), replicas_per_node=a.replicas_per_node)
+            api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
+            max_sessions=default(a.max_sessions, 1), gpus_per_replica=default(a.gpus_per_replica, 0.0),
+            replicas_per_node=a.replicas_per_node)
     except ArgumentError as e:
         raise UsageError(str(e)) from None
     return 0
@@ -185,6 +236,11 @@ def default(value, otherwise):
     """An option's value, or ``otherwise`` when it was not given (the Ray options default to None: without --ray,
     giving one is an error)."""
     return otherwise if value is None else value
+
+
+def check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port: give one of 1-65535 (0 picks a free one)")
 
 
 def add_model_arguments(p: argparse.ArgumentParser, demo: bool) -> None:
@@ -205,6 +261,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
+                   help=f"close a connection that sends no audio for this long (default {DEFAULT_IDLE_SECONDS:g}; "
+                        "0 = never)")
     r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")")
     r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
     r.add_argument("--address", help="the Ray cluster to deploy on (e.g. ray://head:10001 or head:6379; default: "
@@ -335,7 +394,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError, ToolError) as e:
+    except (UsageError, AudioInputError, ToolError, SettingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

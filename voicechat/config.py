@@ -362,6 +362,11 @@ class GenerationConfig:
     tts_noise_scale: Optional[float] = None
     turn_markers: bool = False  # NVIDIA's <|t|> / <$t$> markers in the assistant text (docs/model.md §1.3)
 
+    def __post_init__(self):
+        from .limits import check_generation  # (limits reads FRAME_SECONDS from here)
+
+        check_generation(self)
+
 
 NVIDIA_SAMPLING = dict(text_temperature=0.3, text_top_p=0.5, text_repetition_penalty=1.1)
 

@@ -32,7 +32,8 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import RequestRouter
 
-from .realtime import (PATH, ClientEventError, ServeError, create_app, error_event, event_text, loaded_engine)
+from .realtime import (DEFAULT_IDLE_SECONDS, PATH, ClientEventError, ServeError, create_app, error_event, event_text,
+                       loaded_engine)
 
 log = logging.getLogger("voicechat.deploy")
 
@@ -107,15 +108,15 @@ def log_to_stderr() -> None:
 class Realtime:
     """One replica: one model and the FastAPI app of ``voicechat serve`` on it."""
 
-    def __init__(self, model: str, demo: bool, offline: bool, api_key: Optional[str]):
+    def __init__(self, model: str, demo: bool, offline: bool, api_key: Optional[str], idle_seconds: float):
         log_to_stderr()
         # Ray routes to a replica once this returns: after the model has loaded (readiness, not liveness)
         self.engine, self.name = loaded_engine(model=model, demo=demo, offline=offline)
-        self.api_key = api_key
+        self.api_key, self.idle_seconds = api_key, idle_seconds
         log.info("replica %d ready: %s loaded in %.2f s", os.getpid(), self.name, self.engine.status().load_seconds)
 
     def __serve_build_asgi_app__(self):
-        return create_app(self.engine, api_key=self.api_key, model_name=self.name)
+        return create_app(self.engine, api_key=self.api_key, model_name=self.name, idle_seconds=self.idle_seconds)
 
     def check_health(self) -> None:
         """Ray's periodic liveness check: a replica whose engine has stopped is replaced."""
@@ -130,7 +131,7 @@ class Realtime:
 
 
 def application(*, model: str, demo: bool = False, offline: bool = False, api_key: Optional[str] = None,
-                replicas: int = 1, max_sessions: int = 1, gpus_per_replica: float = 0.0,
+                idle_seconds: float = DEFAULT_IDLE_SECONDS, replicas: int = 1, max_sessions: int = 1, gpus_per_replica: float = 0.0,
                 replicas_per_node: Optional[int] = None):
     """The bound Ray Serve application: ``replicas`` replicas of ``Realtime``, each holding up to ``max_sessions``
     conversations, each on ``gpus_per_replica`` GPUs (0: none reserved, as on a Mac or a CPU host)."""
@@ -146,19 +147,19 @@ def application(*, model: str, demo: bool = False, offline: bool = False, api_ke
         request_router_config=RequestRouterConfig(request_router_class=FewestConversations),
         graceful_shutdown_timeout_s=DRAIN_SECONDS, health_check_period_s=5.0, health_check_timeout_s=30.0,
         **placement)
-    return deployment.bind(model, demo, offline, api_key)
+    return deployment.bind(model, demo, offline, api_key, idle_seconds)
 
 
 def build(args: dict):
     """Ray's application builder (``serve run voicechat.deploy:build key=value ...`` or a config file's
     ``import_path`` with ``args``): the keys are ``application``'s arguments, as strings on the command line."""
-    known = {"model", "demo", "offline", "api_key", "replicas", "max_sessions", "gpus_per_replica",
+    known = {"model", "demo", "offline", "api_key", "idle_seconds", "replicas", "max_sessions", "gpus_per_replica",
              "replicas_per_node"}
     unknown = set(args) - known
     if unknown:
         raise ArgumentError(f"unknown argument {sorted(unknown)[0]!r}; voicechat.deploy:build takes "
                          + ", ".join(sorted(known)))
-    kinds = {"demo": flag, "offline": flag, "replicas": int, "max_sessions": int, "gpus_per_replica": float,
+    kinds = {"demo": flag, "offline": flag, "idle_seconds": float, "replicas": int, "max_sessions": int, "gpus_per_replica": float,
              "replicas_per_node": int}
     values = {key: kinds.get(key, str)(value) for key, value in args.items()}
     values.setdefault("model", "" if values.get("demo") else os.environ.get("VOICECHAT_MODEL", ""))

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from .config import GenerationConfig
 from .errors import Cancelled, ToolError, VoiceChatError
+from .limits import check_prompt_positions, checked_prompt, checked_seed
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
 
@@ -380,6 +381,9 @@ class Engine:
         return frames * status.expected_realtime_factor * status.facts.frame_seconds
 
     def _enqueue(self, kind: type, request: Any, owner: Optional[str]) -> Job:
+        model = self.model
+        if model is not None:  # refused before it waits (docs/limits.md); once loading, the session checks it
+            check_settings(model, request)
         with self._lock:
             if self._closing:
                 raise EngineFull("the engine is shutting down")
@@ -572,6 +576,14 @@ def expected_frames(model, request: Request) -> Optional[int]:
     extra = (gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds
     samples = round(len(request.audio) * rate / request.sample_rate) + round(extra * rate)
     return prompt_frames(model, request) + model.encoder_frames(samples)
+
+
+def check_settings(model, request: Union[Request, LiveRequest]) -> None:
+    """A request's seed and system prompt against voicechat.limits, with the tokenizer only (no MLX on the caller's
+    thread); its GenerationConfig checked itself when it was made."""
+    checked_seed(request.seed)
+    checked_prompt(request.system_prompt)
+    check_prompt_positions(prompt_frames(model, request))
 
 
 def prompt_frames(model, request: Request) -> int:

@@ -24,6 +24,7 @@ from .audio import prepare_input, read_audio, resample
 from .cache import capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
+from .limits import check_timeline, checked_prompt
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .session import Frame, Session
@@ -134,8 +135,10 @@ class Model:
                           gen.max_input_seconds)
         fixed = gen.reference or gen.extra_seconds is not None
         extra = round(((gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds) * cfg.input_sample_rate)
-        tracker = ProgressTracker(progress, self.prompt_length(tool_prompt(system_prompt, tools))
-                                  + self.encoder_frames(len(x) + extra))
+        prompt = tool_prompt(checked_prompt(system_prompt), tools)
+        positions = self.prompt_length(prompt) + self.encoder_frames(len(x) + extra)
+        check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds")  # refused before it starts
+        tracker = ProgressTracker(progress, positions)
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
                           on_frame=tracker.frame, script=script)

@@ -29,6 +29,7 @@ import mlx.core as mx
 from .audio import to_float32
 from .config import GenerationConfig
 from .errors import AudioInputError, ConfigError, TimelineFull
+from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
 from .result import Result
 from .stt import lm
 from .stt.perception import PerceptionStream, timeline_frames
@@ -39,7 +40,6 @@ from .tts.eartts import warmup_inputs
 from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
-TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
 LOOKAHEAD = 1  # positions built and queued on the device while the host reads the one before
 
@@ -230,7 +230,8 @@ class Session:
         self.script = script
         self.model, self.cfg = model, model.config
         self.gen = config or GenerationConfig()
-        self.seed, self.system_prompt, self.tools = seed, system_prompt, tuple(tools)
+        self.seed, self.system_prompt, self.tools = checked_seed(seed), checked_prompt(system_prompt), tuple(tools)
+        self.prompt_ids = self._prompt_ids()  # checked before any model work (docs/limits.md)
         self.clock = Clock(profile)
         self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
         self._build_state(noise)
@@ -238,6 +239,14 @@ class Session:
         self.setup_seconds = time.perf_counter() - t0
 
     # -- construction: all per-session state, in one place ----------------------------------------------------
+    def _prompt_ids(self) -> list[int]:
+        """[bos] + the tokens of the prompt the model reads (with the tools' declarations) + [eos]; none without one."""
+        c = self.cfg
+        prompt = tool_prompt(self.system_prompt, self.tools)
+        ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
+        check_prompt_positions(len(ids))
+        return ids
+
     def _build_state(self, noise) -> None:
         c, net, gen = self.cfg, self.model.net, self.gen
         self.stt, self.tts = net.stt_model, net.tts_model
@@ -248,8 +257,6 @@ class Session:
         self.prev_ids = mx.array([c.pad_id, c.pad_id], mx.int32)  # text and function tokens of the last position
         tts_key, self.text_key = mx.random.split(mx.random.key(self.seed))
         self.noise = noise or KeyNoise(tts_key)
-        prompt = tool_prompt(self.system_prompt, self.tools)
-        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
         self.prompt_frames = len(self.prompt_ids)
         # what reference mode changes is data: where the codec starts, what frame 0 holds, what the result keeps
         self.decoder_from = 0 if gen.reference else max(0, self.prompt_frames - CODEC_CONTEXT_FRAMES)

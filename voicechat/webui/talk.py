@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from fastapi import APIRouter, Body, HTTPException
+from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
@@ -238,10 +238,12 @@ class TalkLive:
 
     model_outputs: tuple = ()  # the page polls /live/status itself: nothing for app.Page to push
 
-    def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = ""):
+    def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = "",
+                 api_key: Optional[str] = None):
+        """``api_key``: what /v1/realtime and /live/tool require (as ``serve --api-key``); the tab asks for it."""
         self.engine, self.outputs, self.demo_mode, self.system_prompt = engine, Path(outputs), demo_mode, system_prompt
         self.recorder = Recorder()
-        self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder)
+        self.realtime = RealtimeServer(engine, api_key=api_key, model_name=engine.name, observer=self.recorder)
         self.speed = SpeedCheck(engine)
         self.lag_limit_s = LAG_LIMIT_S
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
@@ -277,15 +279,19 @@ class TalkLive:
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
+                "key_required": bool(self.realtime.api_key),
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()]}
 
     def measure(self) -> dict:
         self.speed.start()
         return self.status()
 
-    async def run_tool(self, name: str = Body(), arguments: str = Body()) -> dict:
+    async def run_tool(self, request: Request, name: str = Body(), arguments: str = Body()) -> dict:
         """One call of a built-in tool, as the model wrote it (``arguments``: its JSON text) -> ``{"output": the JSON
-        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects."""
+        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects. With an
+        API key, only for ``Authorization: Bearer KEY``."""
+        if not self.realtime.authorized(request):
+            raise HTTPException(403, "this app needs its API key: send Authorization: Bearer KEY")
         return {"output": await asyncio.to_thread(self.tool_output, name, arguments)}
 
     def tool_output(self, name: str, arguments: str) -> str:
@@ -384,7 +390,8 @@ MOUNT_JS = f"import('{STATIC_URL}/live.js').then((m) => m.mountLive(element));"
 
 
 def panel_html(system_prompt: str) -> str:
-    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts."""
+    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts. The API key
+    field shows when the status says the app needs one (app.py --api-key)."""
     return f"""
 <div class="vc-live" data-state="idle">
   <div class="vc-status vc-wait" id="live-status" data-kind="wait"><div class="vc-title"><span class="vc-dot"></span>
@@ -401,6 +408,8 @@ def panel_html(system_prompt: str) -> str:
     descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
+  <div id="live-key-row" class="vc-live-key" hidden><label class="vc-live-label" for="live-key">API key (the app
+    was started with --api-key)</label> <input type="password" id="live-key" autocomplete="off"></div>
   <label class="vc-live-label" for="live-prompt">System prompt (read before the conversation starts)</label>
   <textarea id="live-prompt" rows="2">{html.escape(system_prompt)}</textarea>
   <div class="vc-live-columns">
