@@ -373,6 +373,27 @@ def test_two_replicas_answer_two_conversations_at_once_as_each_alone_and_a_third
 
 
 @inside_only
+def test_a_stuck_replica_is_given_no_conversation(cluster):
+    """A replica that cannot answer (its process stopped with SIGSTOP) gets no new conversation: the router asks
+    every replica and counts only those that answer in time."""
+    cluster.wait_idle()
+    stuck = min(cluster.ready_replicas())
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        talk = Talk(cluster, PROMPTS[0])
+
+        async def scenario():
+            first = await talk.open()
+            await close(talk.conn)
+            return first
+
+        assert run(scenario())["type"] == "session.created"
+        assert talk.replica != stuck
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+
+
+@inside_only
 def test_a_killed_replica_closes_its_conversation_the_other_goes_on_and_the_restart_takes_conversations(
         cluster, references):
     cluster.wait_idle()
