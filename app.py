@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
 from voicechat.audio import check_recording, check_upload, duration_words, read_audio, write_wav  # noqa: E402
-from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
+from voicechat.config import NVIDIA_SAMPLING, OUTPUT_SAMPLE_RATE, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.limits import SettingError, check_range, checked_prompt, checked_seed  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
@@ -117,12 +117,25 @@ CSS = """
 #vc-downloads .empty .icon {display: none;}
 """ + timeline.CSS
 
-# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed.
+# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed; when Run is off
+# (an answer running or cancelling, no model yet) a note says so for a few seconds instead of dropping the key.
 SHORTCUTS_JS = """
 () => document.addEventListener('keydown', (event) => {
   if (event.key !== 'Enter' || !(event.ctrlKey || event.metaKey)) return;
-  const run = [...document.querySelectorAll('.vc-run')].find((b) => b.offsetParent !== null && !b.disabled);
-  if (run) { event.preventDefault(); run.click(); }
+  const shown = [...document.querySelectorAll('button.vc-run')].filter((b) => b.offsetParent !== null);
+  const run = shown.find((b) => !b.disabled);
+  if (run) { event.preventDefault(); run.click(); return; }
+  if (!shown.length) return;
+  event.preventDefault();
+  const state = document.querySelector('#vc-status .vc-title');
+  let note = document.getElementById('vc-shortcut-note');
+  if (!note) {
+    note = Object.assign(document.createElement('div'), { id: 'vc-shortcut-note', role: 'status' });
+    shown[0].after(note);
+  }
+  note.textContent = `Run is off${state ? ` (${state.textContent.trim()})` : ''}: press Ctrl+Enter again once it is on.`;
+  clearTimeout(note.timer);
+  note.timer = setTimeout(() => note.remove(), 4000);
 })
 """
 
@@ -210,9 +223,11 @@ def done_status(answer: eng.Answer) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 def timings_markdown(answer: eng.Answer, load_seconds: Optional[float]) -> str:
     r = answer.result
-    stages = {k: v for k, v in r.timings.items() if k != "total"}  # the engine may report its own total
-    total = r.timings.get("total") or sum(stages.values()) or answer.wall_seconds
-    rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / total:.0f}% |" for stage, seconds in stages.items()]
+    wall = answer.wall_seconds
+    # the stages the session times on their own (Result.timings); the rest of the run is the timeline's positions,
+    # each one graph of all four networks (docs/streaming.md), so shares are of the whole run and add up to it
+    stages = {**r.timings, "the 80 ms positions (all else)": max(0.0, wall - sum(r.timings.values()))}
+    rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / wall:.0f}% |" for stage, seconds in stages.items()]
     lines = ["| Stage | Seconds | Share |", "|---|---:|---:|", *rows,
              f"| **total (wall)** | **{answer.wall_seconds:.2f}** | |", "",
              f"{answer.timeline_frames} timeline frames of {1000 * r.frame_seconds:.0f} ms "
@@ -489,7 +504,7 @@ class RecordAndRun:
             return
         try:
             samples, rate = read_audio(audio_path)
-            check_recording(samples, rate)
+            check_recording(samples, rate, name=Path(audio_path).name)
         except AudioInputError as e:
             yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
             return
@@ -506,7 +521,7 @@ class RecordAndRun:
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
-        answer = stream.ANSWERS.open(stream.ANSWER_RATE)  # heard while it is generated (voicechat/webui/stream.py)
+        answer = stream.ANSWERS.open(OUTPUT_SAMPLE_RATE)  # heard while it is generated (voicechat/webui/stream.py)
         try:
             yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **cleared)
             yield from self._follow(job, ask, answer)
@@ -763,8 +778,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
     engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)
+    # Gradio's own start-up lines would tell to set `share=True` in `launch()`: here it is the --share flag
     launch(demo, args.outputs, uploads_cap_bytes=round(args.max_uploads_mb * 2 ** 20), server_name=args.host,
-           server_port=args.port, share=args.share)
+           server_port=args.port, share=args.share, quiet=True, prevent_thread_lock=True)
+    print(f"* Running on local URL:  {demo.local_url}")
+    print(f"* Running on public URL: {demo.share_url}" if demo.share_url else
+          "* To create a public link too, start the app with --share.", flush=True)
+    demo.block_thread()
 
 
 if __name__ == "__main__":

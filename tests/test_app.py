@@ -62,7 +62,7 @@ def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4)
     result = Result(text="Hi you", function_text="f", user_transcript="hello", audio=np.zeros(frames * 1764,
                     np.float32), sample_rate=22050, text_tokens=text, function_tokens=text, audio_codes=np.zeros(
                     (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=10,
-                    frame_seconds=0.08, timings={"frames": 1.5, "codec": 0.5, "total": 2.0})
+                    frame_seconds=0.08, timings={"tts warm-up": 0.1, "prompt prefill": 0.3, "transcript": 0.2})
     return eng.Answer(result, text_pieces=(eng.Piece(20, 101, "Hi", "Hi"), eng.Piece(23, 102, " you", "Ġyou")),
                       function_pieces=(eng.Piece(22, 7, "", "<tool & call>"),), turn_starts=(19,), turn_ends=(25,),
                       wall_seconds=wall_seconds)
@@ -71,7 +71,10 @@ def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4)
 def test_timings_and_downloads(tmp_path):
     answer = scripted_answer(wall_seconds=2.8)  # 35 positions (5 of the prompt) = 2.8 s of timeline in 2.8 s
     table = app.timings_markdown(answer, load_seconds=12.0)
-    assert "| frames | 1.50 | 75% |" in table
+    # shares of the whole run (2.8 s): the timed stages and the positions' loop, which is the rest of it
+    assert "| prompt prefill | 0.30 | 11% |" in table and "| the 80 ms positions (all else) | 2.20 | 79% |" in table
+    shared = [float(row.split("|")[2]) for row in table.splitlines() if row.endswith("% |")]
+    assert len(shared) == 4 and sum(shared) == pytest.approx(2.8)
     assert "35 timeline frames of 80 ms (2.80 s, the system prompt's 5 included): RTF 1.00" in table
     ask = app.Question(np.zeros(16000, np.float32), 16000, "Be brief.", 4, GenerationConfig(text_top_p=0.5),
                        "question.m4a")
@@ -222,7 +225,7 @@ def test_one_frame_count_from_start_to_end(served):
     model.gate = None
     gate.release()
     done = text_of(job.result(timeout=60)[OUT["status"]])
-    assert f"Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
+    assert "Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
 
 
 def test_every_run_reaches_the_engine_at_once(served):
@@ -271,10 +274,14 @@ def test_recordings_are_checked_when_they_arrive(served, tmp_path):
     assert value is None  # refused: the input is cleared
     assert "This recording cannot be used" in status and "holiday.wav is not a readable audio file" in status
     assert str(outputs) not in status and "gradio" not in status  # the name only, no server folder
+    empty = tmp_path / "memo.m4a"
+    empty.write_bytes(b"")  # an upload that did not get through
+    value, status = check(client, empty)
+    assert value is None and "memo.m4a is empty (0 bytes)" in status
     blip = tmp_path / "blip.wav"
     sf.write(str(blip), np.zeros(2400, np.float32), 48000)  # 50 ms
     value, status = check(client, blip)
-    assert value is None and "too short (50 ms" in status
+    assert value is None and "blip.wav is too short (50 ms" in status
     x, rate = sf.read(str(EXAMPLE), dtype="float32")
     value, status = check(client, write_m4a(tmp_path / "question.m4a", x, rate))
     assert value is not None and "Recording ready" in status and "question.m4a: 3.8 s." in status
@@ -519,6 +526,8 @@ def test_demo_mode_starts_offline_and_answers_an_example(tmp_path):
     proc, url, log = start_app(tmp_path, "--demo", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     try:
         assert "Its answers are noise" in urllib.request.urlopen(url + "config", timeout=10).read().decode()
+        wait_for(lambda: "--share" in log.read_text(), "the start-up lines")
+        assert f"Running on local URL:  {url}" in log.read_text() and "share=True" not in log.read_text()
         out = call(Client(url, verbose=False), EXAMPLE).result(timeout=600)
         assert "Answer ready" in text_of(out[OUT["status"]]), text_of(out[OUT["status"]]) + log.read_text()
         info = sf.info(out[OUT["answer_audio"]])

@@ -5,7 +5,8 @@ from functools import lru_cache
 
 from conftest import NEMO
 import voicechat
-from voicechat.benchmarks import capacity, frame
+from bench import capacity
+from voicechat.benchmarks import frame
 from voicechat.benchmarks.workload import bench_input
 from voicechat.cache import capacities
 from voicechat.loop import WARM_POSITIONS
@@ -34,7 +35,7 @@ def test_capacity_times_each_capacity_warm_up_prepares():
 def test_cold_start_reports_each_part_of_a_start(monkeypatch):
     """With compilation on (as on a GPU) the warm-up runs at load; the report has each of its parts, the session's
     setup and every feed of the first answer, and the total is their sum."""
-    from voicechat.benchmarks import cold_start
+    from bench import cold_start
 
     monkeypatch.setenv("VOICECHAT_COMPILE", "1")
     r = cold_start.run(str(NEMO / "tiny_model_aria"), frames=6)
@@ -46,7 +47,7 @@ def test_cold_start_reports_each_part_of_a_start(monkeypatch):
 
 
 def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkeypatch, tmp_path):
-    from voicechat.benchmarks import cold_start
+    from bench import cold_start
 
     monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "ptx"))
     assert cold_start.cached_kernels() == 0

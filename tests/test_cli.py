@@ -1,6 +1,7 @@
 """``python -m voicechat``: generate on every layout, byte-identical seeded WAVs, the conversation record, where
 answers go, and exit codes for bad input and bad output paths (found before the model loads)."""
 
+import io
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import soundfile as sf
 from conftest import HARNESS_WAV, NEMO, TESTS
 from test_audio import write_with_pyav
 from voicechat.__main__ import main
+from voicechat.live import terminal_text
 from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 from voicechat.result import CONVERSATION_FIELDS
 
@@ -59,8 +61,9 @@ def test_json_is_the_documented_conversation_record(layouts, tmp_path, capsys):
         "voicechat.conversation/1", "cli", "question_16k.wav", "a.wav")
     assert (info["input_sample_rate"], info["input_seconds"], info["seed"]) == (16000, round(34484 / 16000, 3), 3)
     assert info["generation_config"]["extra_seconds"] == 0.4 and info["model"] == str(layouts["nested"])
-    # the assistant's text may hold line breaks (a random model's tokens can be "\n")
-    assert printed.startswith(f"[user] {info['user_transcript']}\n{info['assistant_text'].strip()}\n")
+    # the assistant's text may hold line breaks (a random model's tokens can be "\n"); the record keeps control
+    # characters as they are, the terminal gets them escaped
+    assert printed.startswith(f"[user] {info['user_transcript']}\n{terminal_text(info['assistant_text'].strip())}\n")
     # the words at their frames: each piece is the non-pad token of its frame, and together they are the text
     first, tokens = info["first_frame"], info["text_tokens"]
     assert info["text_pieces"] and all(tokens[frame - first] == token for frame, token, _ in info["text_pieces"])
@@ -150,6 +153,43 @@ def test_module_entry_point(layouts, tmp_path):
                        text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent)}, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("[user] ") and (tmp_path / "question_16k-answer.wav").is_file()
+
+
+def test_an_unknown_option_gets_the_commands_usage(capsys):
+    assert main(["generate", "--audio", str(HARNESS_WAV), "--no-such-option"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: " in err and " generate [-h]" in err.splitlines()[0]
+    assert err.strip().endswith("generate: error: unrecognized arguments: --no-such-option")
+
+
+def test_demo_answers_without_a_checkpoint_and_the_log_gets_a_line_per_tenth(tmp_path):
+    """``generate --demo`` (as app, live and serve have it) run with stderr into a file, as a log gets it."""
+    log = tmp_path / "log.txt"
+    with log.open("w") as err:
+        p = subprocess.run([sys.executable, "-m", "voicechat", "generate", "--demo", "--audio", str(HARNESS_WAV),
+                            "--json", "a.json", "--extra-seconds", "1"], stdout=subprocess.PIPE, stderr=err,
+                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent),
+                                                         "HF_HUB_OFFLINE": "1"}, timeout=300)
+    text = log.read_text()
+    assert p.returncode == 0, text
+    assert json.loads((tmp_path / "a.json").read_text())["demo_model"] is True
+    assert (tmp_path / "question_16k-answer.wav").is_file()
+    progress = [line for line in text.splitlines() if "frames/s" in line]
+    assert "\r" not in text and 2 <= len(progress) <= 11  # one line at each tenth of the run, the last one 100%
+    assert progress[-1].startswith(f"[{'#' * 30}]")
+
+
+def test_control_characters_of_a_models_text_are_shown_escaped():
+    from voicechat.live import TerminalView
+
+    assert terminal_text("a\x1b[31mb\x1cc\td\ne\x7f\x9b") == "a\\x1b[31mb\\x1cc\td\ne\\x7f\\x9b"
+    assert terminal_text("Paris, 21 °C ✓") == "Paris, 21 °C ✓"
+    out = io.StringIO()
+    view = TerminalView(out, tty=False)
+    view.say("assistant", "hi \x1b[2J there")
+    view.note("[tool] f() -> \x1c")
+    view.close("done")
+    assert out.getvalue() == "assistant: hi \\x1b[2J there\n[tool] f() -> \\x1c\nstatus: done\n"
 
 
 # ----------------------------------------------------------------------------------------------------------------

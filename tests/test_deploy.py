@@ -64,6 +64,7 @@ def ray_token() -> dict:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
 
 
+@pytest.mark.slow
 def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
     if INSIDE:
         pytest.skip("this is the run inside the namespace")
@@ -139,7 +140,7 @@ def test_the_proxy_imports_the_middleware_from_the_documented_path():
 @inside_only
 def test_the_ray_path_benchmark_reports_both_servers_and_the_restart(tmp_path):
     out = tmp_path / "ray_path.json"
-    subprocess.run([sys.executable, "-m", "voicechat.benchmarks.ray_path", "--frames", "3", "--rounds", "1",
+    subprocess.run([sys.executable, "-m", "bench.ray_path", "--frames", "3", "--rounds", "1",
                     "--json", str(out)], cwd=ROOT, check=True, timeout=600,
                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
     r = json.loads(out.read_text())

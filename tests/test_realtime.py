@@ -640,7 +640,10 @@ def bad_requests() -> list:
     """One bad request of each kind a client can send before its conversation (docs/limits.md), with the error code
     and param each must get: (raw message, code, param)."""
     pcm = base64.b64encode(np.zeros(2400, "<i2").tobytes()).decode()
-    update = lambda **session: json.dumps({"type": "session.update", "session": {"type": "realtime", **session}})
+
+    def update(**session) -> str:
+        return json.dumps({"type": "session.update", "session": {"type": "realtime", **session}})
+
     return [
         ("{this is not json", "invalid_json", None),
         (b"\x00\x01binary", "invalid_json", None),

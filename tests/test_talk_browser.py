@@ -22,6 +22,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 import app  # noqa: E402
 from test_app import EXAMPLE, EXAMPLE_FRAMES, free_port  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
+from voicechat.config import MAX_LAG_SECONDS  # noqa: E402
 from voicechat.webui import talk  # noqa: E402
 
 MICROPHONE = app.ASSETS / "capital_16k_mono.wav"  # "Hi there! What is the capital of France?" (looped)
@@ -177,7 +178,7 @@ def test_a_conversation_that_falls_behind_stops_with_a_message(demo_app, browser
         expect(status).to_contain_text("The conversation so far can be saved.")
         expect(page.locator("#live-start")).to_be_enabled(timeout=TIMEOUT)
     finally:
-        tab.lag_limit_s = talk.LAG_LIMIT_S
+        tab.lag_limit_s = MAX_LAG_SECONDS
     page.context.close()
 
 

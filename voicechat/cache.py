@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 FIRST_CAPACITY = 256

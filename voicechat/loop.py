@@ -36,11 +36,8 @@ from .tts.eartts import prompt_samples, warmup_waveform
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
-# System prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per prompt length: a 4-bit
-# product of 8 or more rows runs a kernel compiled for its row tile of 16, 32 or 64 (MLX 0.32.1's qmm_sm80.cu,
-# make_cta_tiler), fewer rows a prebuilt one. On a fresh H200 a first session with an 8-position prompt set up in 56 s,
-# then one with 34 positions in 65 s, none after; with the 64-position prefill here the 34-position session set up in
-# 0.5 s, and that prefill took 0.3 s with its kernel cached (docs/bench/h200-2026-12-01-run8-cold-start/).
+# prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product, so
+# that compilation happens at load and not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32, 64)
 WARM_FRAMES = 4  # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 

@@ -43,6 +43,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.websockets import WebSocketDisconnect
 
 from .audio import to_int16
+from .config import FRAME_SECONDS, OUTPUT_SAMPLE_RATE
 from .engine import READY, EngineBusy, LiveRequest
 from .errors import ToolError, VoiceChatError
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, checked_prompt
@@ -307,8 +308,6 @@ def new_id(prefix: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # the model's frames -> GA server events
 # ---------------------------------------------------------------------------------------------------------------
-MODEL_RATE = 22050  # Frame.audio (docs/streaming.md §6): 1764 samples per 80 ms frame
-FRAME_SECONDS = 0.08
 
 
 class AudioOut:
@@ -317,7 +316,7 @@ class AudioOut:
     docs/platform.md §5)."""
 
     def __init__(self):
-        self.stream = soxr.ResampleStream(MODEL_RATE, RATE, 1, dtype="float32")
+        self.stream = soxr.ResampleStream(OUTPUT_SAMPLE_RATE, RATE, 1, dtype="float32")
 
     def encode(self, samples: np.ndarray) -> str:
         return encode_audio(self.stream.resample_chunk(np.asarray(samples, dtype=np.float32)))

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
+from . import compute
 import mlx.core as mx
 
 from .audio import to_float32

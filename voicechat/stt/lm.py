@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 
 from ..config import ModelConfig

@@ -37,7 +37,7 @@ from starlette.staticfiles import StaticFiles
 
 from voicechat import engine as eng
 from voicechat.audio import duration_words, to_float32, write_wav
-from voicechat.config import GenerationConfig
+from voicechat.config import FRAME_SECONDS, INPUT_SAMPLE_RATE, MAX_LAG_SECONDS, GenerationConfig
 from voicechat.live import stereo_timeline
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
 from voicechat.result import conversation_json
@@ -58,8 +58,6 @@ SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a s
 SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many, ...
 SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no moment of load elsewhere makes a machine 4x slower)
 SPEED_RETRY_PAUSE_S = 1.0  # ... a pause between rounds (the page that asked is often still loading)
-SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
-LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (voicechat/webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
 
@@ -158,7 +156,7 @@ class SpeedCheck:
             return None
         frames = SPEED_WARMUP + SPEED_FRAMES
         for _ in range(frames + 1):  # one frame per message: the engine reports (and can stop) after each; one more
-            live.send(np.zeros(SILENCE_FRAME, np.float32), SILENCE_RATE)  # for the mel's look-ahead
+            live.send(np.zeros(round(FRAME_SECONDS * INPUT_SAMPLE_RATE), np.float32), INPUT_SAMPLE_RATE)  # for the mel's look-ahead
         seconds, error = [], ""
         for event in live:
             if event.kind == eng.FRAMES:
@@ -245,7 +243,7 @@ class TalkLive:
         self.recorder = Recorder()
         self.realtime = RealtimeServer(engine, api_key=api_key, model_name=engine.name, observer=self.recorder)
         self.speed = SpeedCheck(engine)
-        self.lag_limit_s = LAG_LIMIT_S
+        self.lag_limit_s = MAX_LAG_SECONDS  # the page's lag guard reads it (static/lag.js)
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
         self.writing = threading.Lock()  # one save at a time (a second one of the same conversation finds its files)
 

@@ -6,7 +6,7 @@
 //
 // window.voicechatLive is this object (tests read `player.stats`, users' scripts may too).
 import { Microphone, Player, bytesToBase64, pcm16ToFloat } from './audio.js';
-import { LagGuard, LIMIT_MS } from './lag.js';
+import { LagGuard } from './lag.js';
 
 const API = '/live';
 const RATE = 24000; // the Realtime API's PCM16 rate, both ways
@@ -137,7 +137,7 @@ class LiveTalk {
     this.compute = []; // per-frame compute (ms), the last STATS_WINDOW frames
     this.frames = 0;
     this.slow = 0; // frames that took longer than 80 ms to compute
-    this.guard = new LagGuard(this.server ? this.server.lag_limit_ms : LIMIT_MS);
+    this.guard = new LagGuard(this.server.lag_limit_ms);
     this.exchange = false; // a tool exchange holds the user's audio
     this.userItems = new Map(); // item id -> its paragraph in the transcript
     this.turn = null; // the assistant's paragraph of the open response

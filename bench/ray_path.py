@@ -1,4 +1,4 @@
-"""What the Ray Serve path adds: ``python -m voicechat.benchmarks.ray_path [--model M] [--frames N] [--rounds K]``.
+"""What the Ray Serve path adds: ``python -m bench.ray_path [--model M] [--frames N] [--rounds K]``.
 
 Starts ``voicechat serve`` (direct) and ``voicechat serve --ray --replicas 1`` (a local Ray cluster) on the same model
 side by side, then talks to each in turn, ``--rounds`` times: one 80 ms append of 24 kHz PCM16, then wait for that
@@ -8,7 +8,7 @@ Then the replica's cold start: what Ray's deployment took to be ready, the model
 the replica's process is killed (SIGKILL), how long until a new conversation is admitted (Ray notices, starts a new
 replica, its model loads). Without ``--model``: the demo model. Ray binds to the machine's network interface
 (docs/deploy.md): on a machine whose traffic must stay on loopback run it in a namespace, as tests/test_deploy.py
-does.
+does (its smoke test runs there).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..realtime import PATH, RATE
-from .workload import stats
+from voicechat.benchmarks.workload import stats
+from voicechat.realtime import RATE
 
 FRAME_SAMPLES = RATE * 8 // 100  # one 80 ms frame of 24 kHz input: the session makes one frame of each
 TIMEOUT = 120.0
@@ -152,7 +152,7 @@ def run(model: str | None, frames: int, rounds: int) -> dict:
     # a token of the run's own: Ray's local cluster would otherwise write one to ~/.ray/auth_token
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), **os.environ, "RAY_TMPDIR": str(temp),
            "RAY_USAGE_STATS_ENABLED": "0",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     which = ["--model", model] if model else ["--demo"]
     direct = Server([*which, "--port", "0"], env, temp / "direct.log")
     ray = None
