@@ -75,7 +75,7 @@ def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
         pytest.skip(f"cannot make a loopback-only network namespace (needs root): {probe.stderr.strip()}")
     temp = Path(f"/tmp/vc-ray-{os.getpid()}")  # short: Ray's socket paths must fit in 107 bytes
     script = (f'ip link set lo up && exec "$0" -m pytest -x -q -p no:cacheprovider -rs '
-              f'{Path(__file__).relative_to(ROOT)} -k "not test_the_cluster"')
+              f'{Path(__file__).relative_to(ROOT)} -k "not test_the_cluster" --durations=6')
     run = subprocess.run([*NAMESPACES, "sh", "-c", script, sys.executable], cwd=ROOT, capture_output=True,
                          text=True, timeout=1200, env={**os.environ, "VOICECHAT_TEST_NAMESPACE": "1",
                                                        "VOICECHAT_TEST_RAY_TEMP": str(temp), **ray_token()})

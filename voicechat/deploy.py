@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import random
+import re
 import signal
 import threading
 from typing import Optional
@@ -225,6 +226,12 @@ def proxy_middlewares() -> list:
 # ---------------------------------------------------------------------------------------------------------------
 # voicechat serve --ray
 # ---------------------------------------------------------------------------------------------------------------
+def replica_error(message: str) -> str:
+    """Ray's message for a failed deployment (it carries the replica's traceback) -> the replica's last error line."""
+    errors = re.findall(r"^\s*[\w.]*(?:Error|Exception): (.+)$", message, re.M)
+    return errors[-1] if errors else message.splitlines()[0]
+
+
 def run(*, address: Optional[str], host: str, port: int, **app_args) -> None:
     """``voicechat serve --ray``: deploy on the Ray cluster at ``address`` (None: start a local one here), print the
     address once every replica has loaded its model, serve until Ctrl+C or SIGTERM, then remove what it started."""
@@ -236,13 +243,15 @@ def run(*, address: Optional[str], host: str, port: int, **app_args) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    ray.init(address=address, include_dashboard=False if address is None else None, logging_level=logging.WARNING,
-             runtime_env={"env_vars": {PROXY_CALLBACK: PROXY_MIDDLEWARES}})
+    ray.init(address=address, include_dashboard=False if address is None else None, logging_level=logging.WARNING)
     try:
-        # proxies inherit the controller's environment: that is how they find the middleware
+        # the proxies inherit the controller's environment: that is how they find the middleware
         serve.start(http_options={"host": host, "port": port},
                     controller_options={"runtime_env": {"env_vars": {PROXY_CALLBACK: PROXY_MIDDLEWARES}}})
-        serve.run(app, name=APP, route_prefix="/")
+        try:
+            serve.run(app, name=APP, route_prefix="/")
+        except RuntimeError as e:  # Ray gave up on the replicas (after its constructor retries)
+            raise ServeError(f"the deployment failed: {replica_error(str(e))}") from None
         print(f"{app_args['replicas']} replica(s) ready; Realtime API at ws://{host}:{port}{PATH}", flush=True)
         stop.wait()
     finally:
