@@ -103,6 +103,15 @@ def test_bad_deployment_options_exit_2_with_one_line(args, message):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_a_model_that_cannot_load_is_one_line_from_the_start_serve_and_each_replica_share(tmp_path):
+    """``realtime.loaded_engine`` (``serve``'s start, and each replica's) reports the loader's own error."""
+    r = subprocess.run([sys.executable, "-m", "voicechat", "serve", "--model", str(tmp_path / "none"), "--offline",
+                        "--port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r
+    assert r.stderr.strip().splitlines()[-1] == f"error: {tmp_path / 'none'} is neither a checkpoint directory nor a " \
+                                                "Hugging Face repo id (org/name)", r.stderr
+
+
 def docs_config() -> dict:
     import yaml
 

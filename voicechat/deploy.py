@@ -250,8 +250,9 @@ def run(*, address: Optional[str], host: str, port: int, **app_args) -> None:
                     controller_options={"runtime_env": {"env_vars": {PROXY_CALLBACK: PROXY_MIDDLEWARES}}})
         try:
             serve.run(app, name=APP, route_prefix="/")
-        except RuntimeError as e:  # Ray gave up on the replicas (after its constructor retries)
-            raise ServeError(f"the deployment failed: {replica_error(str(e))}") from None
+        except RuntimeError:  # Ray gave up on the replicas (after its constructor retries)
+            deployment = serve.status().applications[APP].deployments["Realtime"]
+            raise ServeError(f"the replicas could not start: {replica_error(deployment.message)}") from None
         print(f"{app_args['replicas']} replica(s) ready; Realtime API at ws://{host}:{port}{PATH}", flush=True)
         stop.wait()
     finally:

@@ -915,9 +915,10 @@ def loaded_engine(*, model: str, demo: bool, offline: bool):
     engine = eng.Engine(loader, name=name).start()
     while engine.status().state not in (eng.READY, eng.FAILED):
         time.sleep(0.1)
-    if engine.status().state == eng.FAILED:
+    status = engine.status()
+    if status.state == eng.FAILED:
         engine.close()
-        raise ServeError(engine.status().message)
+        raise ServeError(status.message)
     return engine, name
 
 
