@@ -37,6 +37,7 @@ INSIDE = os.environ.get("VOICECHAT_TEST_NAMESPACE") == "1"  # set for the run in
 inside_only = pytest.mark.skipif(not INSIDE, reason="runs inside a loopback-only namespace, started by "
                                                     "test_the_cluster_tests_pass_inside_a_loopback_only_namespace")
 RAY_PORT, HTTP_PORT = 6390, 8000  # the namespace is empty: any port is free there
+SESSIONS = 2  # conversations per replica
 PROMPTS = ("Be brief.", "Answer in one word.", "You are a pirate.", "Speak slowly.")
 NAMESPACES = ["unshare", "--net", "--pid", "--fork", "--mount-proc"]
 
@@ -91,7 +92,7 @@ def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, message", [
     (["--replicas", "2"], "--replicas needs --ray"),
-    (["--ray", "--max-sessions", "2"], "--max-sessions: one model holds one conversation today"),
+    (["--ray", "--max-sessions", "0"], "--max-sessions must be at least 1, got 0"),
     (["--ray", "--replicas", "0"], "--replicas must be at least 1 (got 0)"),
     (["--ray", "--port", "0"], "--ray needs a fixed --port"),
 ])
@@ -162,7 +163,8 @@ def test_the_ray_path_benchmark_reports_both_servers_and_the_restart(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 class Cluster:
     """A Ray head and a second node on this host, and ``voicechat serve --ray`` deploying 2 replicas of the demo
-    model on them, one per node. Each replica's log (the server's lines) is Ray's ``worker-*-PID.err``."""
+    model on them, one per node, each holding ``SESSIONS`` conversations. Each replica's log (the server's lines)
+    is Ray's ``worker-*-PID.err``."""
 
     def __init__(self, temp: Path):
         self.temp = temp
@@ -176,7 +178,8 @@ class Cluster:
         self.log = open(temp / "serve.log", "w")
         self.serve = subprocess.Popen(
             [sys.executable, "-m", "voicechat", "serve", "--ray", "--address", f"127.0.0.1:{RAY_PORT}", "--demo",
-             "--replicas", "2", "--replicas-per-node", "1", "--port", str(HTTP_PORT)],
+             "--replicas", "2", "--max-sessions", str(SESSIONS), "--replicas-per-node", "1",
+             "--port", str(HTTP_PORT)],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=self.env, cwd=ROOT)
         line = self.serve.stdout.readline()
         while line and "Realtime API at" not in line:
@@ -362,15 +365,15 @@ async def refused(cluster: Cluster) -> tuple[dict, int]:
 # the tests
 # ---------------------------------------------------------------------------------------------------------------
 @inside_only
-def test_two_replicas_answer_two_conversations_at_once_as_each_alone_and_a_third_gets_server_busy(cluster,
-                                                                                                 references):
+def test_two_replicas_answer_four_conversations_at_once_as_each_alone_and_a_fifth_gets_server_busy(cluster,
+                                                                                                  references):
     cluster.wait_idle()
 
     async def scenario():
-        talks = [Talk(cluster, prompt) for prompt in PROMPTS[:2]]
+        talks = [Talk(cluster, prompt) for prompt in PROMPTS[:2 * SESSIONS]]
         for talk in talks:
             assert (await talk.open())["type"] == "session.created"
-        first, code = await refused(cluster)  # every replica holds its conversation: the next one is refused
+        first, code = await refused(cluster)  # every replica holds its conversations: the next one is refused
         frames = await asyncio.gather(*(t.talk(references[t.prompt]) for t in talks))
         return talks, frames, first, code
 
@@ -379,7 +382,8 @@ def test_two_replicas_answer_two_conversations_at_once_as_each_alone_and_a_third
     assert code == realtime.CLOSE_TRY_AGAIN_LATER
     for talk, got in zip(talks, frames):
         assert got == references[talk.prompt]
-    assert len({t.replica for t in talks}) == 2  # one conversation on each replica
+    replicas = [t.replica for t in talks]
+    assert sorted(replicas.count(pid) for pid in set(replicas)) == [SESSIONS, SESSIONS]  # each replica full
 
 
 @inside_only
@@ -404,31 +408,38 @@ def test_a_stuck_replica_is_given_no_conversation(cluster):
 
 
 @inside_only
-def test_a_killed_replica_closes_its_conversation_the_other_goes_on_and_the_restart_takes_conversations(
+def test_a_killed_replica_closes_its_conversations_the_others_go_on_and_the_restart_takes_conversations(
         cluster, references):
     cluster.wait_idle()
     half = len(CHUNKS) // 2
 
     async def kill_one():
-        survivor_talk, lost_talk = Talk(cluster, PROMPTS[0]), Talk(cluster, PROMPTS[1])
-        for talk in (survivor_talk, lost_talk):
+        talks = [Talk(cluster, prompt) for prompt in PROMPTS[:2 * SESSIONS]]
+        for talk in talks:
             assert (await talk.open())["type"] == "session.created"
             await talk.stream(CHUNKS[:half])
-        killed, survivor = lost_talk.replica, survivor_talk.replica
-        assert killed != survivor
+        killed = talks[0].replica
+        lost = [t for t in talks if t.replica == killed]
+        going_on = [t for t in talks if t not in lost]
         os.kill(killed, signal.SIGKILL)
-        error, code = await lost_talk.ended_by_error()
-        await survivor_talk.stream(CHUNKS[half:])
-        expected = references[survivor_talk.prompt]
-        await survivor_talk.frames_until(expected[-1][0])
-        await close(survivor_talk.conn)
-        return killed, survivor, error, code, survivor_talk.frames
+        endings = [await t.ended_by_error() for t in lost]
 
-    killed, survivor, error, code, frames = run(kill_one())
-    assert error["code"] == "replica_lost" and error["type"] == "server_error", error
-    assert code == deploy.CLOSE_INTERNAL_ERROR
-    assert frames == references[PROMPTS[0]]  # the other replica's conversation went on unchanged
-    assert not alive(killed)
+        async def finish(talk):
+            await talk.stream(CHUNKS[half:])
+            await talk.frames_until(references[talk.prompt][-1][0])
+            await close(talk.conn)
+        await asyncio.gather(*(finish(t) for t in going_on))
+        return killed, lost, going_on, endings
+
+    killed, lost, going_on, endings = run(kill_one())
+    assert len(lost) == len(going_on) == SESSIONS
+    for error, code in endings:
+        assert error["code"] == "replica_lost" and error["type"] == "server_error", error
+        assert code == deploy.CLOSE_INTERNAL_ERROR
+    for talk in going_on:  # the other replica's conversations went on unchanged
+        assert talk.frames == references[talk.prompt]
+    survivor = going_on[0].replica
+    assert not alive(killed) and {t.replica for t in going_on} == {survivor}
 
     cluster.wait_idle()
     newcomer = Talk(cluster, PROMPTS[2])

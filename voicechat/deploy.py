@@ -109,10 +109,11 @@ def log_to_stderr() -> None:
 class Realtime:
     """One replica: one model and the FastAPI app of ``voicechat serve`` on it."""
 
-    def __init__(self, model: str, demo: bool, offline: bool, api_key: Optional[str], idle_seconds: float):
+    def __init__(self, model: str, demo: bool, offline: bool, api_key: Optional[str], idle_seconds: float,
+                 max_sessions: int):
         log_to_stderr()
         # Ray routes to a replica once this returns: after the model has loaded (readiness, not liveness)
-        self.engine, self.name = loaded_engine(model=model, demo=demo, offline=offline)
+        self.engine, self.name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
         self.api_key, self.idle_seconds = api_key, idle_seconds
         log.info("replica %d ready: %s loaded in %.2f s", os.getpid(), self.name, self.engine.status().load_seconds)
 
@@ -120,7 +121,8 @@ class Realtime:
         return create_app(self.engine, api_key=self.api_key, model_name=self.name, idle_seconds=self.idle_seconds)
 
     def check_health(self) -> None:
-        """Ray's periodic liveness check: a replica whose engine has stopped is replaced."""
+        """Ray's periodic liveness check: a replica whose engine has stopped is replaced. It is ``GET /health``'s
+        ``ready`` (the engine's state), not its 503 for a full replica: a full replica is alive."""
         status = self.engine.status()
         if status.state != "ready" or not self.engine.thread.is_alive():
             raise RuntimeError(f"the engine is not serving: {status.message}")
@@ -132,13 +134,12 @@ class Realtime:
 
 
 def application(*, model: str, demo: bool = False, offline: bool = False, api_key: Optional[str] = None,
-                idle_seconds: float = DEFAULT_IDLE_SECONDS, replicas: int = 1, max_sessions: int = 1, gpus_per_replica: float = 0.0,
-                replicas_per_node: Optional[int] = None):
+                idle_seconds: float = DEFAULT_IDLE_SECONDS, replicas: int = 1, max_sessions: int = 1,
+                gpus_per_replica: float = 0.0, replicas_per_node: Optional[int] = None):
     """The bound Ray Serve application: ``replicas`` replicas of ``Realtime``, each holding up to ``max_sessions``
     conversations, each on ``gpus_per_replica`` GPUs (0: none reserved, as on a Mac or a CPU host)."""
-    if max_sessions != 1:
-        raise ArgumentError("--max-sessions: one model holds one conversation today (the Many conversations on one "
-                         "model issue raises it); use more replicas")
+    if max_sessions < 1:
+        raise ArgumentError(f"--max-sessions must be at least 1 (got {max_sessions})")
     if replicas < 1:
         raise ArgumentError(f"--replicas must be at least 1 (got {replicas})")
     placement = {"max_replicas_per_node": replicas_per_node} if replicas_per_node else {}
@@ -148,7 +149,7 @@ def application(*, model: str, demo: bool = False, offline: bool = False, api_ke
         request_router_config=RequestRouterConfig(request_router_class=FewestConversations),
         graceful_shutdown_timeout_s=DRAIN_SECONDS, health_check_period_s=5.0, health_check_timeout_s=30.0,
         **placement)
-    return deployment.bind(model, demo, offline, api_key, idle_seconds)
+    return deployment.bind(model, demo, offline, api_key, idle_seconds, max_sessions)
 
 
 def build(args: dict):
@@ -159,11 +160,11 @@ def build(args: dict):
     unknown = set(args) - known
     if unknown:
         raise ArgumentError(f"unknown argument {sorted(unknown)[0]!r}; voicechat.deploy:build takes "
-                         + ", ".join(sorted(known)))
-    kinds = {"demo": flag, "offline": flag, "idle_seconds": float, "replicas": int, "max_sessions": int, "gpus_per_replica": float,
-             "replicas_per_node": int}
+                            + ", ".join(sorted(known)))
+    kinds = {"demo": flag, "offline": flag, "idle_seconds": float, "replicas": int, "max_sessions": int,
+             "gpus_per_replica": float, "replicas_per_node": int}
     values = {key: kinds.get(key, str)(value) for key, value in args.items()}
-    values.setdefault("model", "" if values.get("demo") else os.environ.get("VOICECHAT_MODEL", ""))
+    values.setdefault("model", "")
     if not values["model"] and not values.get("demo"):
         raise ArgumentError("give model=CHECKPOINT (a directory or a Hub repo id) or demo=true")
     return application(**values)

@@ -24,9 +24,10 @@ from .audio import prepare_input, read_audio, resample
 from .cache import capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
-from .limits import check_timeline, checked_prompt
+from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
+from .group import SessionGroup
 from .session import Frame, Session
 from .stt import lm
 from .stt.perception import timeline_frames
@@ -111,34 +112,52 @@ class Model:
         (:class:`voicechat.session.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
         return Session(self, system_prompt, seed, speaker, config, tools)
 
+    def sessions(self, max_sessions: int) -> SessionGroup:
+        """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone
+        (:class:`voicechat.group.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push`` queues
+        its audio, ``group.step()`` advances every ready one by a position."""
+        return SessionGroup(self, max_sessions)
+
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
-                 progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
+                 progress: Optional[Progress] = None, tools: Sequence[Tool] = (),
+                 group: Optional[SessionGroup] = None) -> Result:
         """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
         file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
         ``progress(done_frames, total_frames, update)`` is called after every timeline frame; raising from it stops
         the run. ``tools``: up to 5 :class:`voicechat.tools.Tool` objects the model may call; their calls and results
-        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout)."""
-        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools)
+        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout). ``group``: run it as a
+        conversation of that :class:`~voicechat.group.SessionGroup`, whose other conversations advance in the same
+        ticks (docs/batching.md)."""
+        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
+                  group: Optional[SessionGroup] = None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
         ``profile``, ``script``)."""
         gen = config or GenerationConfig()
         cfg = self.config
         x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
                           gen.max_input_seconds)
-        fixed = gen.reference or gen.extra_seconds is not None
-        extra = round(((gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds) * cfg.input_sample_rate)
+        fixed, extra = gen.fixed_length, gen.silence_samples(cfg.input_sample_rate)
         prompt = tool_prompt(checked_prompt(system_prompt), tools)
-        positions = self.prompt_length(prompt) + self.encoder_frames(len(x) + extra)
+        positions = run_positions(self, len(x), prompt, gen)
         check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds")  # refused before it starts
         tracker = ProgressTracker(progress, positions)
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
-                          on_frame=tracker.frame, script=script)
+                          on_frame=tracker.frame, script=script, group=group)
+        try:
+            return self._answer(session, x, extra, fixed)
+        finally:
+            session.close()  # a group's row is free again, also when the progress callback stopped the run
+
+    def _answer(self, session: Session, x: np.ndarray, extra: int, fixed: bool) -> Result:
+        """The recording ``x`` and ``extra`` samples of silence after it through ``session`` (``fixed``: all of
+        them; else until the answer has ended) -> the result."""
+        cfg = self.config
 
         def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
             session.feed(samples, cfg.input_sample_rate)
@@ -180,7 +199,8 @@ class Model:
         seconds["prompt prefills"], t0 = time.perf_counter() - t0, time.perf_counter()
         self.net.stt_model.llm.warm_up(capacities(positions))
         seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
+        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions),
+                                                      session.group.tts_state.caches[0].keys.dtype)
         seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0
         return seconds
 

@@ -15,7 +15,9 @@ realtime plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
   ``function_call`` item goes out and its response ends; ``conversation.item.create {type: function_call_output}``
   brings the result back into the model's function channel.
 
-One connection holds the model at a time; a second one gets ``error`` code ``server_busy`` and close code 1013.
+Up to ``--max-sessions`` connections hold a conversation at once, stepped together on one model (docs/batching.md);
+one more gets ``error`` code ``server_busy`` and close code 1013. ``GET /health`` says whether the model is ready and
+how many conversations are open, for a load balancer.
 All MLX work stays on the engine thread: these handlers pass numpy arrays to it and read ``Frame``\\ s back.
 ``RealtimeServer(engine).router()`` mounts the route in any FastAPI app (``serve`` here, app.py beside Gradio).
 """
@@ -40,6 +42,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import soxr
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from .audio import to_int16
@@ -53,6 +56,7 @@ from .tools.declare import checked_tools
 log = logging.getLogger("voicechat.realtime")
 
 PATH = "/v1/realtime"
+HEALTH_PATH = "/health"
 RATE = 24000  # GA PCM16 rate, in and out: "Only a 24kHz sample rate is supported" (docs/live.md §3)
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # GA limit of one input_audio_buffer.append (docs/live.md §3), base64 text
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default): a 15 MiB append fits in it
@@ -580,7 +584,7 @@ class Connection:
         finally:
             for task in [*tasks, watcher]:
                 task.cancel()
-            self.server.leaving = True  # the next client waits for this one's close instead of getting server_busy
+            self.server.leaving.add(self.name)  # a next client waits for this close instead of getting server_busy
             await self.close_live()
             self.server.release(self.name)
             log.info("%s: closed", self.name)
@@ -816,7 +820,8 @@ def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:
 # the route, the app, the command
 # ---------------------------------------------------------------------------------------------------------------
 class RealtimeServer:
-    """``GET /v1/realtime`` on one engine: one live conversation at a time. Mount ``router()`` in any FastAPI app
+    """``GET /v1/realtime`` on one engine: as many live conversations at once as the engine steps together
+    (``engine.max_sessions``), and ``GET /health``. Mount ``router()`` in any FastAPI app
     (``python -m voicechat serve``, and app.py beside the Gradio page).
 
     ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
@@ -828,17 +833,19 @@ class RealtimeServer:
                  idle_seconds: float = DEFAULT_IDLE_SECONDS):
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.idle_seconds = idle_seconds  # 0: no idle timeout
-        self.active: Optional[str] = None  # the connection that holds the model
-        self.leaving = False  # the active connection is closing: the next one waits for it
-        self.freed = asyncio.Event()  # set once the active connection has let go of the model
+        self.active: list[str] = []  # the connections that hold a conversation
+        self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
+        self.freed = asyncio.Event()  # set once a connection has let go of its conversation
         self.count = 0
         self.observer = observer
 
     def release(self, name: str) -> None:
-        """The connection ``name`` has let go of the model: the next one may have it."""
-        if self.active == name:
-            self.active = None
+        """The connection ``name`` has let go of its conversation: the next one may have its slot."""
+        if name in self.active:
+            self.active.remove(name)
+            self.leaving.discard(name)
             self.freed.set()
+            self.freed = asyncio.Event()
 
     def notify(self, what: str, *args) -> None:
         """Tell the observer (if any) that a live session was ``opened``, ``heard`` audio or ``closed``."""
@@ -848,7 +855,17 @@ class RealtimeServer:
     def router(self) -> APIRouter:
         router = APIRouter()
         router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
+        router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
         return router
+
+    def health(self) -> JSONResponse:
+        """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
+        the engine's state and the conversations open against the maximum."""
+        status = self.engine.status()
+        ready = status.state == READY
+        body = {"ready": ready, "state": status.state, "sessions": len(self.active),
+                "max_sessions": self.engine.max_sessions}
+        return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
 
     def authorized(self, websocket) -> bool:
         """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
@@ -870,15 +887,17 @@ class RealtimeServer:
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
-        if self.active is not None and self.leaving:  # a closing conversation: the model is free in a moment
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
             await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
-        if self.active is not None:
-            log.warning("%s: server_busy: %s holds the model", name, self.active)
+        if len(self.active) >= self.engine.max_sessions:
+            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
+                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
             await websocket.send_text(event_text(error_event(ClientEventError(
-                "server_busy", "another conversation is running on this model; try again later", kind="server_error"))))
+                "server_busy", f"{len(self.active)} conversation{'s are' if len(self.active) > 1 else ' is'} running "
+                "on this model, its maximum; try again later", kind="server_error"))))
             await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
             return
-        self.active, self.leaving, self.freed = name, False, asyncio.Event()
+        self.active.append(name)
         log.info("%s: open", name)
         try:
             query = websocket.query_params.get("voicechat_frames", "")
@@ -899,9 +918,10 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def loaded_engine(*, model: str, demo: bool, offline: bool):
-    """Start an engine and wait until its model has loaded: (the engine, the model's name). ServeError if it failed.
-    ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
+def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None):
+    """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
+    voicechat.group.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
+    ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import tempfile
     import time
 
@@ -912,7 +932,7 @@ def loaded_engine(*, model: str, demo: bool, offline: bool):
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model
-    engine = eng.Engine(loader, name=name).start()
+    engine = eng.Engine(loader, name=name, max_sessions=max_sessions).start()
     while engine.status().state not in (eng.READY, eng.FAILED):
         time.sleep(0.1)
     status = engine.status()
@@ -923,14 +943,15 @@ def loaded_engine(*, model: str, demo: bool, offline: bool):
 
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
-          idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
-    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` until interrupted."""
+          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
+    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
     import socket
 
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine, name = loaded_engine(model=model, demo=demo, offline=offline)
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -944,7 +965,8 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
             raise ServeError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port") from None
         if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("listening on %s without --api-key: anyone who can reach it can use the model", host)
-        print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH}", flush=True)
+        print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
+              f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
         config = uvicorn.Config(create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds),
                                 log_level="info",
                                 ws_max_size=MAX_MESSAGE_BYTES)
