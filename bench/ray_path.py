@@ -153,7 +153,7 @@ def run(model: str | None, frames: int, rounds: int) -> dict:
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), **os.environ, "RAY_TMPDIR": str(temp),
            "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
-    which = ["--model", model] if model else ["--demo"]
+    which = [*(["--model", model] if model else ["--demo"]), "--max-sessions", "1"]  # the same engine on both paths
     direct = Server([*which, "--port", "0"], env, temp / "direct.log")
     ray = None
     try:
