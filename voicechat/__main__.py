@@ -245,9 +245,31 @@ def cmd_serve(a: argparse.Namespace) -> int:
                          "(or pip install \"voicechat[app]\")") from None
     if a.max_sessions is not None and a.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
-          idle_seconds=a.idle_timeout, max_sessions=a.max_sessions)
+    if not a.ray:
+        for option in ("address", "replicas", "gpus_per_replica", "replicas_per_node"):
+            if getattr(a, option) is not None:
+                raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
+        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+              idle_seconds=a.idle_timeout, max_sessions=a.max_sessions)
+        return 0
+    try:
+        from .deploy import ArgumentError, run
+    except ImportError as e:
+        raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
+    try:
+        run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
+            api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
+            max_sessions=default(a.max_sessions, 1), gpus_per_replica=default(a.gpus_per_replica, 0.0),
+            replicas_per_node=a.replicas_per_node)
+    except ArgumentError as e:
+        raise UsageError(str(e)) from None
     return 0
+
+
+def default(value, otherwise):
+    """An option's value, or ``otherwise`` when it was not given (the Ray options default to None: without --ray,
+    giving one is an error)."""
+    return otherwise if value is None else value
 
 
 def check_port(port: int) -> None:
@@ -278,6 +300,17 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
                         "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
+    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")",
+                             "with --ray, --max-sessions is each replica's, 1 unless given: Ray needs it before the "
+                             "models load")
+    r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
+    r.add_argument("--address", help="the Ray cluster to deploy on (e.g. ray://head:10001 or head:6379; default: "
+                                     "start a local cluster and stop it on exit)")
+    r.add_argument("--replicas", type=int, help="replicas of the model, each with its own engine (default 1)")
+    r.add_argument("--gpus-per-replica", type=float, help="GPUs Ray reserves for each replica (default 0: none, as "
+                                                          "on a Mac or a CPU host; 1 on a CUDA host)")
+    r.add_argument("--replicas-per-node", type=int, help="at most this many replicas on one Ray node (e.g. 1 on "
+                                                         "Macs: one model per machine)")
     s.set_defaults(func=cmd_serve)
 
 

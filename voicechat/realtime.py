@@ -764,7 +764,7 @@ class Connection:
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
                          name=f"voicechat-realtime-{self.name}").start()
         self.follower = asyncio.create_task(self.follow(live, events))
-        log.info("%s: live session opened", self.name)
+        log.info("%s: live session %s opened", self.name, self.session_id)
         return True
 
     async def follow(self, live, events: asyncio.Queue) -> None:
@@ -921,30 +921,41 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
-          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
-    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
-    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
-    import socket
+def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None):
+    """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
+    voicechat.group.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
+    ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import tempfile
     import time
 
-    import uvicorn
-
     from . import engine as eng
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if demo:
         loader, name = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), "voicechat-demo"
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model
     engine = eng.Engine(loader, name=name, max_sessions=max_sessions).start()
+    while engine.status().state not in (eng.READY, eng.FAILED):
+        time.sleep(0.1)
+    status = engine.status()
+    if status.state == eng.FAILED:
+        engine.close()
+        raise ServeError(status.message)
+    return engine, name
+
+
+def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
+          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
+    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
+    import socket
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
     try:
-        while engine.status().state not in (eng.READY, eng.FAILED):
-            time.sleep(0.1)
-        if engine.status().state == eng.FAILED:
-            raise ServeError(engine.status().message)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # accepted connections inherit it: what the kernel holds for a client that does not read stays small, so
