@@ -106,8 +106,8 @@ def state_bytes(cfg, rows: int, positions: int, itemsize: int) -> int:
     """The group's device state for ``rows`` conversations once the longest holds ``positions`` timeline positions
     (every row's attention buffers have the longest row's capacity, voicechat/cache.py): the LLM's key/value caches
     and Mamba states, the TTS backbone's caches (two CFG rows each, after its warm-up's positions), the seen ids.
-    ``itemsize``: bytes of the speech dtype. The streaming encoder's and the codec's small states are per
-    conversation, outside."""
+    ``itemsize``: bytes of the speech dtype. The streaming encoders' and the codec's states (a fixed size per row,
+    small) are not counted."""
     llm, tts = cfg.llm, cfg.tts.backbone
     attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(positions) * llm.head_dim
     mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
