@@ -185,6 +185,9 @@ class PerceptionStream:
     def _block(self, columns: mx.array, end: Optional[int] = None) -> tuple[mx.array, mx.array]:
         """Mel columns through this stream's encoder alone (its waiting frames first), its state from its row and
         back (not after the end: nothing reads it then)."""
+        if columns.shape[0] == 0 and end is None:  # nothing new: no graph
+            encoded = mx.zeros((0, self.perception.encoder.cfg.d_model))
+            return self.perception.proj(encoded), encoded
         self.settle()
         if self.encoder.frames:
             self.encoder.load(self.rows.row(self.row))
