@@ -36,11 +36,13 @@ import numpy as np  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
 from voicechat.audio import check_recording, check_upload, duration_words, read_audio, write_wav  # noqa: E402
-from voicechat.config import NVIDIA_SAMPLING, GenerationConfig  # noqa: E402
+from voicechat.config import NVIDIA_SAMPLING, OUTPUT_SAMPLE_RATE, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
+from voicechat.limits import SettingError, check_range, checked_prompt, checked_seed  # noqa: E402
 from voicechat.result import conversation_json  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, system_prompt as tool_prompt  # noqa: E402
 from voicechat.webui import stream, talk, timeline  # noqa: E402
+from voicechat.webui.uploads import UPLOADS_CAP_BYTES, FileGuard  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
 ASSETS = APP_DIR / "assets"
@@ -115,12 +117,25 @@ CSS = """
 #vc-downloads .empty .icon {display: none;}
 """ + timeline.CSS
 
-# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed.
+# Ctrl+Enter (Cmd+Enter on a Mac) presses the Run button of the tab in view, when it can be pressed; when Run is off
+# (an answer running or cancelling, no model yet) a note says so for a few seconds instead of dropping the key.
 SHORTCUTS_JS = """
 () => document.addEventListener('keydown', (event) => {
   if (event.key !== 'Enter' || !(event.ctrlKey || event.metaKey)) return;
-  const run = [...document.querySelectorAll('.vc-run')].find((b) => b.offsetParent !== null && !b.disabled);
-  if (run) { event.preventDefault(); run.click(); }
+  const shown = [...document.querySelectorAll('button.vc-run')].filter((b) => b.offsetParent !== null);
+  const run = shown.find((b) => !b.disabled);
+  if (run) { event.preventDefault(); run.click(); return; }
+  if (!shown.length) return;
+  event.preventDefault();
+  const state = document.querySelector('#vc-status .vc-title');
+  let note = document.getElementById('vc-shortcut-note');
+  if (!note) {
+    note = Object.assign(document.createElement('div'), { id: 'vc-shortcut-note', role: 'status' });
+    shown[0].after(note);
+  }
+  note.textContent = `Run is off${state ? ` (${state.textContent.trim()})` : ''}: press Ctrl+Enter again once it is on.`;
+  clearTimeout(note.timer);
+  note.timer = setTimeout(() => note.remove(), 4000);
 })
 """
 
@@ -208,9 +223,11 @@ def done_status(answer: eng.Answer) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 def timings_markdown(answer: eng.Answer, load_seconds: Optional[float]) -> str:
     r = answer.result
-    stages = {k: v for k, v in r.timings.items() if k != "total"}  # the engine may report its own total
-    total = r.timings.get("total") or sum(stages.values()) or answer.wall_seconds
-    rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / total:.0f}% |" for stage, seconds in stages.items()]
+    wall = answer.wall_seconds
+    # the stages the session times on their own (Result.timings); the rest of the run is the timeline's positions,
+    # each one graph of all four networks (docs/streaming.md), so shares are of the whole run and add up to it
+    stages = {**r.timings, "the 80 ms positions (all else)": max(0.0, wall - sum(r.timings.values()))}
+    rows = [f"| {stage} | {seconds:.2f} | {100 * seconds / wall:.0f}% |" for stage, seconds in stages.items()]
     lines = ["| Stage | Seconds | Share |", "|---|---:|---:|", *rows,
              f"| **total (wall)** | **{answer.wall_seconds:.2f}** | |", "",
              f"{answer.timeline_frames} timeline frames of {1000 * r.frame_seconds:.0f} ms "
@@ -487,21 +504,24 @@ class RecordAndRun:
             return
         try:
             samples, rate = read_audio(audio_path)
-            check_recording(samples, rate)
-            config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
-                                       tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
-            ask = Question(samples, rate, system_prompt or "", int(seed or 0), config, Path(audio_path).name,
-                           picked_tools(tools))
-        except (AudioInputError, ValueError, TypeError) as e:
+            check_recording(samples, rate, name=Path(audio_path).name)
+        except AudioInputError as e:
             yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
             return
-        try:
+        try:  # the settings, checked as everywhere (voicechat/limits.py), before the engine queues anything
+            config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
+                                       tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference)
+            ask = Question(samples, rate, checked_prompt(system_prompt or ""), checked_seed(seed or 0), config,
+                           Path(audio_path).name, picked_tools(tools))
             job = self.engine.submit(eng.Request(ask.samples, ask.rate, ask.system_prompt, ask.seed, ask.config,
                                                  ask.tools), owner=getattr(request, "session_hash", None))
+        except (SettingError, ValueError, TypeError) as e:
+            yield self._frame(status=status_html("error", "A setting cannot be used", str(e)), **cleared)
+            return
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
-        answer = stream.ANSWERS.open(stream.ANSWER_RATE)  # heard while it is generated (voicechat/webui/stream.py)
+        answer = stream.ANSWERS.open(OUTPUT_SAMPLE_RATE)  # heard while it is generated (voicechat/webui/stream.py)
         try:
             yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **cleared)
             yield from self._follow(job, ask, answer)
@@ -623,15 +643,18 @@ class Page:
         return status.state in (eng.READY, eng.FAILED, eng.CLOSED)
 
 
-def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode: bool = False) -> gr.Blocks:
+def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode: bool = False,
+              api_key: Optional[str] = None) -> gr.Blocks:
     """The Blocks UI. Gradio's upload and cache folders are put under ``outputs`` (before any component exists), so
-    that, with ``allowed_paths=serve_paths(outputs)``, the app serves nothing but its outputs and the examples."""
+    that, with ``allowed_paths=serve_paths(outputs)``, the app serves nothing but its outputs and the examples.
+    ``api_key``: what the Talk live tab's /v1/realtime and /live/tool require, as ``serve --api-key`` does."""
     outputs = Path(outputs).resolve()
     outputs.mkdir(parents=True, exist_ok=True)
-    os.environ["GRADIO_TEMP_DIR"] = str(outputs / "gradio")
-    os.environ["GRADIO_EXAMPLES_CACHE"] = str(outputs / "gradio" / "examples")
+    os.environ["GRADIO_TEMP_DIR"] = str(uploads_folder(outputs))
+    os.environ["GRADIO_EXAMPLES_CACHE"] = str(uploads_folder(outputs) / EXAMPLES_CACHE)
     record = RecordAndRun(engine, outputs, demo_mode)
-    live = talk.TalkLive(engine, outputs, demo_mode, system_prompt=NVIDIA_PROMPT)  # the Talk live tab (webui/talk.py)
+    live = talk.TalkLive(engine, outputs, demo_mode, system_prompt=NVIDIA_PROMPT,  # the Talk live tab (webui/talk.py)
+                         api_key=api_key)
     page = Page(engine, [record, live])
 
     with gr.Blocks(title="VoiceChat", analytics_enabled=False) as demo:
@@ -660,15 +683,28 @@ def build_app(engine: eng.Engine, *, outputs: Path = DEFAULT_OUTPUTS, demo_mode:
     return demo
 
 
+EXAMPLES_CACHE = "examples"  # Gradio's examples cache, inside the uploads folder (never pruned)
+
+
+def uploads_folder(outputs: Path) -> Path:
+    """Gradio's uploads (and cache) folder: GRADIO_TEMP_DIR."""
+    return Path(outputs).resolve() / "gradio"
+
+
 def serve_paths(outputs: Path) -> list[str]:
     """All the app serves: its outputs folder (Gradio's uploads and cache live there) and the example WAVs."""
     return [str(Path(outputs).resolve()), *(str(ASSETS / e["file"]) for e in load_examples())]
 
 
-def launch(demo: gr.Blocks, outputs: Path, **kwargs):
+def launch(demo: gr.Blocks, outputs: Path, uploads_cap_bytes: int = UPLOADS_CAP_BYTES, **kwargs):
+    """Serve the page; files go out as audio or downloads, and the uploads keep to ``uploads_cap_bytes``, oldest
+    removed first (voicechat/webui/uploads.py)."""
+    from starlette.middleware import Middleware
+
+    guard = Middleware(FileGuard, uploads=uploads_folder(outputs), cap_bytes=uploads_cap_bytes, keep=(EXAMPLES_CACHE,))
     return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
                        js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
-                       app_kwargs=talk.app_kwargs(demo), **kwargs)
+                       app_kwargs={**talk.app_kwargs(demo), "middleware": [guard]}, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -712,9 +748,24 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--share", action="store_true", help="also create a public Gradio share link")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this computer)")
     p.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
+    p.add_argument("--max-sessions", type=int, default=None, metavar="N",
+                   help="visitors who can Talk live at once, stepped together on the model with Record-and-run jobs "
+                        "(default: as many as fit in memory, at most 4; docs/batching.md)")
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
-    return p.parse_args(argv)
+    p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
+                   help="the Talk live tab's Realtime API (/v1/realtime) and tool route need this key, as "
+                        "`voicechat serve --api-key` (default: $VOICECHAT_API_KEY); the tab asks for it")
+    p.add_argument("--max-uploads-mb", type=float, default=UPLOADS_CAP_BYTES / 2 ** 20,
+                   help=f"the uploads kept at most, in MiB; the oldest go first (default {UPLOADS_CAP_BYTES / 2 ** 20:g})")
+    args = p.parse_args(argv)
+    try:
+        check_range("max_uploads_mb", "--max-uploads-mb", args.max_uploads_mb, 0.0, low_open=True)
+    except SettingError as e:
+        p.error(str(e))
+    if args.max_sessions is not None and args.max_sessions < 1:
+        p.error(f"--max-sessions must be at least 1, got {args.max_sessions}")
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -728,9 +779,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         name = args.model
         print(f"Model: {name} (downloaded on first use into the Hugging Face cache; progress is shown below "
               "and in the app).")
-    engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING).start()
-    demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo)
-    launch(demo, args.outputs, server_name=args.host, server_port=args.port, share=args.share)
+    if args.share and not args.api_key:
+        print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
+    engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions).start()
+    demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)
+    # Gradio's own start-up lines would tell to set `share=True` in `launch()`: here it is the --share flag
+    launch(demo, args.outputs, uploads_cap_bytes=round(args.max_uploads_mb * 2 ** 20), server_name=args.host,
+           server_port=args.port, share=args.share, quiet=True, prevent_thread_lock=True)
+    print(f"* Running on local URL:  {demo.local_url}")
+    print(f"* Running on public URL: {demo.share_url}" if demo.share_url else
+          "* To create a public link too, start the app with --share.", flush=True)
+    demo.block_thread()
 
 
 if __name__ == "__main__":

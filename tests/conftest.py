@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-import voicechat  # noqa: F401  (BLAS preload before mlx)
+import voicechat  # noqa: F401  (first, so that its BLAS preload comes before any test module imports mlx)
 import mlx.core as mx
 import numpy as np
 
@@ -33,3 +33,14 @@ class ReplayNoise:
         assert kinds == ("gumbel", "normal") * n, "NeMo draws a Gumbel, then a normal, per iteration"
         return (mx.array(np.stack(values[0::2])).reshape(n, 1, components),
                 mx.array(np.stack(values[1::2])).reshape(n, 1, latent))
+
+
+def pytest_collection_modifyitems(items):
+    """The ``browser`` and ``audio`` markers (pyproject.toml) by what a test needs, so none is forgotten: a real
+    chromium page (the ``page`` / ``browser`` fixtures) or the private sound server (``pulse``, tests/pulse.py)."""
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        if needs & {"page", "browser"}:
+            item.add_marker("browser")
+        if "pulse" in needs:
+            item.add_marker("audio")

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4)
     result = Result(text="Hi you", function_text="f", user_transcript="hello", audio=np.zeros(frames * 1764,
                     np.float32), sample_rate=22050, text_tokens=text, function_tokens=text, audio_codes=np.zeros(
                     (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=10,
-                    frame_seconds=0.08, timings={"frames": 1.5, "codec": 0.5, "total": 2.0})
+                    frame_seconds=0.08, timings={"tts warm-up": 0.1, "prompt prefill": 0.3, "transcript": 0.2})
     return eng.Answer(result, text_pieces=(eng.Piece(20, 101, "Hi", "Hi"), eng.Piece(23, 102, " you", "Ġyou")),
                       function_pieces=(eng.Piece(22, 7, "", "<tool & call>"),), turn_starts=(19,), turn_ends=(25,),
                       wall_seconds=wall_seconds)
@@ -70,7 +71,10 @@ def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4)
 def test_timings_and_downloads(tmp_path):
     answer = scripted_answer(wall_seconds=2.8)  # 35 positions (5 of the prompt) = 2.8 s of timeline in 2.8 s
     table = app.timings_markdown(answer, load_seconds=12.0)
-    assert "| frames | 1.50 | 75% |" in table
+    # shares of the whole run (2.8 s): the timed stages and the positions' loop, which is the rest of it
+    assert "| prompt prefill | 0.30 | 11% |" in table and "| the 80 ms positions (all else) | 2.20 | 79% |" in table
+    shared = [float(row.split("|")[2]) for row in table.splitlines() if row.endswith("% |")]
+    assert len(shared) == 4 and sum(shared) == pytest.approx(2.8)
     assert "35 timeline frames of 80 ms (2.80 s, the system prompt's 5 included): RTF 1.00" in table
     ask = app.Question(np.zeros(16000, np.float32), 16000, "Be brief.", 4, GenerationConfig(text_top_p=0.5),
                        "question.m4a")
@@ -221,7 +225,7 @@ def test_one_frame_count_from_start_to_end(served):
     model.gate = None
     gate.release()
     done = text_of(job.result(timeout=60)[OUT["status"]])
-    assert f"Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
+    assert "Answer ready" in done and f" {total} frames ({total * 0.08:.1f} s of timeline)" in done
 
 
 def test_every_run_reaches_the_engine_at_once(served):
@@ -270,10 +274,14 @@ def test_recordings_are_checked_when_they_arrive(served, tmp_path):
     assert value is None  # refused: the input is cleared
     assert "This recording cannot be used" in status and "holiday.wav is not a readable audio file" in status
     assert str(outputs) not in status and "gradio" not in status  # the name only, no server folder
+    empty = tmp_path / "memo.m4a"
+    empty.write_bytes(b"")  # an upload that did not get through
+    value, status = check(client, empty)
+    assert value is None and "memo.m4a is empty (0 bytes)" in status
     blip = tmp_path / "blip.wav"
     sf.write(str(blip), np.zeros(2400, np.float32), 48000)  # 50 ms
     value, status = check(client, blip)
-    assert value is None and "too short (50 ms" in status
+    assert value is None and "blip.wav is too short (50 ms" in status
     x, rate = sf.read(str(EXAMPLE), dtype="float32")
     value, status = check(client, write_m4a(tmp_path / "question.m4a", x, rate))
     assert value is not None and "Recording ready" in status and "question.m4a: 3.8 s." in status
@@ -379,6 +387,104 @@ def test_only_outputs_and_examples_are_served(served):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# hardening (issue 25, docs/limits.md): settings, files served, the uploads' cap, the API key
+# ---------------------------------------------------------------------------------------------------------------
+def upload(url: str, name: str, data: bytes, content_type: str) -> str:
+    """POST one file to Gradio's upload route as the page does; returns the path it is kept under."""
+    boundary = secrets.token_hex(8)
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+            f"Content-Type: {content_type}\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(f"{url}gradio_api/upload", data=body,
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())[0]
+
+
+def served_headers(url: str, path: str) -> dict:
+    with urllib.request.urlopen(f"{url}gradio_api/file={path}", timeout=30) as r:
+        return {k.lower(): v for k, v in r.headers.items()}
+
+
+def test_uploads_come_back_as_audio_or_as_downloads_never_as_pages(served):
+    """An uploaded .html or .svg was served inline from the app's origin (a stored script under --share)."""
+    url = served[0]
+    script = b"<script>document.title = 'owned'</script>"
+    for name, data, kind in [("page.html", script, "text/html"), ("note.txt", script, "text/plain"),
+                             ("image.svg", b"<svg xmlns='http://www.w3.org/2000/svg'>" + script + b"</svg>",
+                              "image/svg+xml")]:
+        headers = served_headers(url, upload(url, name, data, kind))
+        assert headers["content-disposition"] == f'attachment; filename="{name}"', headers
+        assert headers["x-content-type-options"] == "nosniff" and headers["content-security-policy"] == "sandbox"
+    headers = served_headers(url, upload(url, "question.wav", EXAMPLE.read_bytes(), "audio/wav"))
+    assert headers["content-type"] == "audio/wav" and headers["content-disposition"].startswith("inline")
+
+
+def test_bad_settings_are_one_line_before_the_engine_queues_anything(served):
+    url, model, *_ = served
+    model.gate = None
+    client = Client(url, verbose=False)
+    calls = len(model.calls)
+    for prompt, seed, words in [("Be brief.", 2 ** 64, "the seed must be a whole number from 0 to 2^64 - 1"),
+                                ("y" * 100_000, 0, "the system prompt has 100000 characters; the limit is 32768"),
+                                (" ".join(f"w{i}" for i in range(4000)), 0,
+                                 "timeline positions; the limit is 2048")]:
+        status = text_of(call(client, EXAMPLE, prompt=prompt, seed=seed).result(timeout=30)[OUT["status"]])
+        assert "A setting cannot be used" in status and words in status, status
+    assert len(model.calls) == calls  # nothing reached the model
+    assert "Answer ready" in text_of(call(client, EXAMPLE).result(timeout=60)[OUT["status"]])
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """The app with --api-key and a small uploads cap (300 KiB); yields (url, outputs folder)."""
+    engine = eng.Engine(loader_for(ScriptedModel(frame_delay=0.002)), name="scripted stand-in").start()
+    outputs = tmp_path_factory.mktemp("guarded")
+    demo = app.build_app(engine, outputs=outputs, api_key="sesame")
+    app.launch(demo, outputs, uploads_cap_bytes=300 * 1024, server_name="127.0.0.1", server_port=free_port(),
+               prevent_thread_lock=True, quiet=True)
+    yield demo.local_url, outputs
+    demo.close()
+    engine.close()
+
+
+def test_the_uploads_keep_to_their_cap_and_the_oldest_go_first(guarded):
+    url, outputs = guarded
+    kept = [upload(url, f"take{i}.wav", bytes([i]) * 100 * 1024, "audio/wav") for i in range(5)]
+    on_disk = [p for p in app.uploads_folder(outputs).rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in on_disk) <= 300 * 1024
+    assert [Path(p).exists() for p in kept] == [False, False, True, True, True]
+
+
+def test_the_api_key_guards_the_apps_realtime_route_and_tools(guarded):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = guarded[0]
+    ws = url.replace("http", "ws") + "v1/realtime"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws, open_timeout=30)
+    assert refused.value.response.status_code == 403
+    with connect(ws, subprotocols=["realtime", "openai-insecure-api-key.sesame"], open_timeout=30) as socket_:
+        assert json.loads(socket_.recv(timeout=30))["type"] == "session.created"
+
+    def tool(headers: dict) -> int:
+        request = urllib.request.Request(f"{url}live/tool", method="POST", headers={
+            "Content-Type": "application/json", **headers},
+            data=json.dumps({"name": "calculate", "arguments": '{"expression": "6*7"}'}).encode())
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                assert json.loads(json.loads(r.read())["output"])["result"] == 42
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert tool({}) == 403 and tool({"Authorization": "Bearer wrong"}) == 403
+    assert tool({"Authorization": "Bearer sesame"}) == 200
+    with urllib.request.urlopen(f"{url}live/status", timeout=30) as r:
+        assert json.loads(r.read())["key_required"] is True  # the Talk live tab asks for the key
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # python app.py --demo, end to end
 # ---------------------------------------------------------------------------------------------------------------
 def start_app(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Popen, str, Path]:
@@ -420,6 +526,8 @@ def test_demo_mode_starts_offline_and_answers_an_example(tmp_path):
     proc, url, log = start_app(tmp_path, "--demo", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     try:
         assert "Its answers are noise" in urllib.request.urlopen(url + "config", timeout=10).read().decode()
+        wait_for(lambda: "--share" in log.read_text(), "the start-up lines")
+        assert f"Running on local URL:  {url}" in log.read_text() and "share=True" not in log.read_text()
         out = call(Client(url, verbose=False), EXAMPLE).result(timeout=600)
         assert "Answer ready" in text_of(out[OUT["status"]]), text_of(out[OUT["status"]]) + log.read_text()
         info = sf.info(out[OUT["answer_audio"]])

@@ -120,7 +120,8 @@ def write(path: Path, data: bytes) -> Path:
 @pytest.mark.parametrize("make, words", [
     (broken_m4a, "is not a readable audio file"),
     (lambda p: write(p / "noise.m4a", np.random.default_rng(0).bytes(5000)), "is not a readable audio file"),
-    (lambda p: write(p / "empty.wav", b""), "is not a readable audio file"),
+    (lambda p: write(p / "empty.wav", b""), "empty.wav is empty (0 bytes)"),
+    (lambda p: write(p / "empty.m4a", b""), "empty.m4a is empty (0 bytes)"),
     (video_without_sound, "has no audio track"),
     (lambda p: p / "nothing here.wav", "does not exist"),
     (lambda p: p, "is a folder, not an audio file"),
@@ -162,7 +163,7 @@ def tone_file(path: Path, seconds: float, rate: int = 8000) -> Path:
 
 
 def test_upload_of_50_ms_is_too_short(tmp_path):
-    with pytest.raises(AudioInputError, match=r"too short \(50 ms, shorter than one 80 ms frame\)"):
+    with pytest.raises(AudioInputError, match=r"^click.wav is too short \(50 ms, shorter than one 80 ms frame\)"):
         check_upload(tone_file(tmp_path / "click.wav", 0.05))
 
 

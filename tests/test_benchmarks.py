@@ -2,11 +2,11 @@
 they ran."""
 
 from functools import lru_cache
-from pathlib import Path
 
 from conftest import NEMO
 import voicechat
-from voicechat.benchmarks import capacity, frame
+from bench import capacity
+from voicechat.benchmarks import frame
 from voicechat.benchmarks.workload import bench_input
 from voicechat.cache import capacities
 from voicechat.loop import WARM_POSITIONS
@@ -35,7 +35,7 @@ def test_capacity_times_each_capacity_warm_up_prepares():
 def test_cold_start_reports_each_part_of_a_start(monkeypatch):
     """With compilation on (as on a GPU) the warm-up runs at load; the report has each of its parts, the session's
     setup and every feed of the first answer, and the total is their sum."""
-    from voicechat.benchmarks import cold_start
+    from bench import cold_start
 
     monkeypatch.setenv("VOICECHAT_COMPILE", "1")
     r = cold_start.run(str(NEMO / "tiny_model_aria"), frames=6)
@@ -47,7 +47,7 @@ def test_cold_start_reports_each_part_of_a_start(monkeypatch):
 
 
 def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkeypatch, tmp_path):
-    from voicechat.benchmarks import cold_start
+    from bench import cold_start
 
     monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "ptx"))
     assert cold_start.cached_kernels() == 0
@@ -55,24 +55,3 @@ def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkey
     for name in ("a.ptx", "sub/b.ptx", "sub/c.cubin"):
         (tmp_path / "ptx" / name).write_bytes(b"x")
     assert cold_start.cached_kernels() == 3
-
-
-def test_bench_sessions_runs_as_a_user_runs_it(tmp_path):
-    """``voicechat bench --sessions``: every count's row in the JSON, each from ticks of all its conversations."""
-    import json
-    import subprocess
-    import sys
-
-    out = tmp_path / "sessions.json"
-    done = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", str(NEMO / "tiny_model"),
-                           "--sessions", "1,3", "--frames", "4", "--json", str(out)], capture_output=True, text=True,
-                          cwd=Path(__file__).parent.parent)
-    assert done.returncode == 0, done.stderr
-    r = json.loads(out.read_text())
-    assert [row["sessions"] for row in r["rows"]] == [1, 3]
-    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["join"]["n"] == row["sessions"]
-               and row["nodes_per_tick"] > 0 for row in r["rows"])
-    assert "largest N with tick p95" in done.stdout
-    bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
-                         capture_output=True, text=True, cwd=Path(__file__).parent.parent)
-    assert bad.returncode == 2 and "at least 1" in bad.stderr

@@ -120,6 +120,8 @@ def test_upload_run_and_see_the_answer(served, page):
     expect(status).to_contain_text(re.compile(r"frame \d+ of up to \d+ · .*RTF"))
     expect(page.get_by_role("button", name="Cancel")).to_be_enabled()
     save(page, "app_running.png")
+    page.keyboard.press("Control+Enter")  # Run is off while the answer runs: the key is answered, not dropped
+    expect(page.locator("#vc-shortcut-note")).to_contain_text("Run is off (Listening and answering")
     model.gate = None
     for _ in range(1000):
         gate.release()

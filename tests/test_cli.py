@@ -1,6 +1,7 @@
 """``python -m voicechat``: generate on every layout, byte-identical seeded WAVs, the conversation record, where
 answers go, and exit codes for bad input and bad output paths (found before the model loads)."""
 
+import io
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import soundfile as sf
 from conftest import HARNESS_WAV, NEMO, TESTS
 from test_audio import write_with_pyav
 from voicechat.__main__ import main
+from voicechat.live import terminal_text
 from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 from voicechat.result import CONVERSATION_FIELDS
 
@@ -59,8 +61,9 @@ def test_json_is_the_documented_conversation_record(layouts, tmp_path, capsys):
         "voicechat.conversation/1", "cli", "question_16k.wav", "a.wav")
     assert (info["input_sample_rate"], info["input_seconds"], info["seed"]) == (16000, round(34484 / 16000, 3), 3)
     assert info["generation_config"]["extra_seconds"] == 0.4 and info["model"] == str(layouts["nested"])
-    # the assistant's text may hold line breaks (a random model's tokens can be "\n")
-    assert printed.startswith(f"[user] {info['user_transcript']}\n{info['assistant_text'].strip()}\n")
+    # the assistant's text may hold line breaks (a random model's tokens can be "\n"); the record keeps control
+    # characters as they are, the terminal gets them escaped
+    assert printed.startswith(f"[user] {info['user_transcript']}\n{terminal_text(info['assistant_text'].strip())}\n")
     # the words at their frames: each piece is the non-pad token of its frame, and together they are the text
     first, tokens = info["first_frame"], info["text_tokens"]
     assert info["text_pieces"] and all(tokens[frame - first] == token for frame, token, _ in info["text_pieces"])
@@ -150,3 +153,132 @@ def test_module_entry_point(layouts, tmp_path):
                        text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent)}, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("[user] ") and (tmp_path / "question_16k-answer.wav").is_file()
+
+
+def test_an_unknown_option_gets_the_commands_usage(capsys):
+    assert main(["generate", "--audio", str(HARNESS_WAV), "--no-such-option"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: " in err and " generate [-h]" in err.splitlines()[0]
+    assert err.strip().endswith("generate: error: unrecognized arguments: --no-such-option")
+
+
+def test_demo_answers_without_a_checkpoint_and_the_log_gets_a_line_per_tenth(tmp_path):
+    """``generate --demo`` (as app, live and serve have it) run with stderr into a file, as a log gets it."""
+    log = tmp_path / "log.txt"
+    with log.open("w") as err:
+        p = subprocess.run([sys.executable, "-m", "voicechat", "generate", "--demo", "--audio", str(HARNESS_WAV),
+                            "--json", "a.json", "--extra-seconds", "1"], stdout=subprocess.PIPE, stderr=err,
+                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent),
+                                                         "HF_HUB_OFFLINE": "1"}, timeout=300)
+    text = log.read_text()
+    assert p.returncode == 0, text
+    assert json.loads((tmp_path / "a.json").read_text())["demo_model"] is True
+    assert (tmp_path / "question_16k-answer.wav").is_file()
+    progress = [line for line in text.splitlines() if "frames/s" in line]
+    assert "\r" not in text and 2 <= len(progress) <= 11  # one line at each tenth of the run, the last one 100%
+    assert progress[-1].startswith(f"[{'#' * 30}]")
+
+
+def test_control_characters_of_a_models_text_are_shown_escaped():
+    from voicechat.live import TerminalView
+
+    assert terminal_text("a\x1b[31mb\x1cc\td\ne\x7f\x9b") == "a\\x1b[31mb\\x1cc\td\ne\\x7f\\x9b"
+    assert terminal_text("Paris, 21 °C ✓") == "Paris, 21 °C ✓"
+    out = io.StringIO()
+    view = TerminalView(out, tty=False)
+    view.say("assistant", "hi \x1b[2J there")
+    view.note("[tool] f() -> \x1c")
+    view.close("done")
+    assert out.getvalue() == "assistant: hi \\x1b[2J there\n[tool] f() -> \\x1c\nstatus: done\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# hardening (issue 25, docs/limits.md): every bad value is one line, exit 2, before the model loads
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "-1"], "the seed must be a whole number from 0 to 2^64 - 1"),
+    (["--seed", str(2 ** 64)], "the seed must be a whole number from 0 to 2^64 - 1"),
+    (["--extra-seconds", "nan"], "extra seconds must be a finite number"),
+    (["--extra-seconds", "-1"], "extra seconds must be a finite number at least 0"),
+    (["--extra-seconds", "1e9"], "at most 655.36"),
+    (["--max-extra-seconds", "inf"], "max extra seconds must be a finite number"),
+    (["--max-extra-seconds", "700"], "at most 655.36"),
+    (["--text-temperature", "-5"], "the text temperature must be a finite number at least 0"),
+    (["--text-temperature", "nan"], "the text temperature must be a finite number"),
+    (["--text-top-p", "5"], "the text top-p must be a finite number above 0 and at most 1"),
+    (["--tts-top-k", "0"], "the TTS top-k must be a whole number of at least 1"),
+    (["--tts-top-k", "-1"], "the TTS top-k must be a whole number of at least 1"),
+    (["--tts-guidance", "nan"], "the TTS guidance scale must be a finite number"),
+    (["--tts-noise", "-1"], "the TTS noise scale must be a finite number at least 0"),
+    (["--system-prompt", "y" * 100_000], "the system prompt has 100000 characters; the limit is 32768"),
+    (["--system-prompt", "caf\udce9"], "the system prompt is not valid text"),
+    (["--tools-module", str(HARNESS_WAV)], "is not a Python file (.py)"),
+])
+def test_bad_settings_exit_2_before_the_model_loads(args, words, tmp_path, capsys):
+    # the missing model would be exit 1: these are refused before it is looked for
+    assert main(["generate", "--model", str(tmp_path / "no model"), "--audio", str(HARNESS_WAV), *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def run_cli(*args, cwd, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "voicechat", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(TESTS.parent)}, timeout=120, **kwargs)
+
+
+def test_a_huge_prompt_is_one_line_not_a_crash(tmp_path):
+    """100 KB of instructions made the prefill ask for tens of GB (exit 139); a prompt within the character cap
+    but past MAX_PROMPT_POSITIONS is refused once the tokenizer has counted it, before any model work."""
+    for prompt, words in [("y" * 100_000, "the system prompt has 100000 characters"),
+                          ("x " * 3000, "the system prompt takes 6002 timeline positions; the limit is 2048")]:
+        p = run_cli("generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio",
+                    str(tmp_path / "a.wav"), "--quiet", "--system-prompt", prompt, cwd=tmp_path)
+        assert p.returncode == 2 and p.stdout == "", p.stderr
+        assert p.stderr.splitlines()[-1].startswith("error: ") and words in p.stderr and "Traceback" not in p.stderr
+        assert not (tmp_path / "a.wav").exists()
+
+
+def test_outputs_never_replace_the_input_or_each_other(tmp_path):
+    recording = tmp_path / "q.wav"
+    recording.write_bytes(HARNESS_WAV.read_bytes())
+    (tmp_path / "link.wav").symlink_to(recording)
+    for args, words in [(["--output-audio", str(recording)], "--output-audio and --audio are the same file"),
+                        (["--output-audio", str(tmp_path / "link.wav")], "--output-audio and --audio are the same"),
+                        (["--json", str(recording)], "--json and --audio are the same file"),
+                        (["--output-audio", "a.wav", "--json", str(tmp_path / "a.wav")],
+                         "--json and --output-audio are the same file")]:
+        p = run_cli("generate", "--model", "no model", "--audio", str(recording), *args, cwd=tmp_path)
+        assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert recording.read_bytes() == HARNESS_WAV.read_bytes() and not (tmp_path / "a.wav").exists()
+
+
+def test_special_and_unwritable_outputs_are_refused_before_the_model_loads(tmp_path):
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)  # writing the answer into it used to hang forever
+    for target, words in [(fifo, "is not a regular file (a FIFO, device or socket)"),
+                          ("/dev/full", "is not a regular file"),
+                          ("/proc/voicechat-answer.wav", "cannot write in /proc")]:
+        p = run_cli("generate", "--model", "no model", "--audio", str(HARNESS_WAV), "--output-audio", str(target),
+                    cwd=tmp_path)
+        assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
+    """A write that fails part-way (here the file-size limit, as a full disk would) is one line, exit 1; the file
+    that was there is untouched and no temporary file is left."""
+    import resource
+    import signal
+
+    answer = tmp_path / "a.wav"
+    answer.write_bytes(b"the previous answer")
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails with EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    p = run_cli("generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio",
+                str(answer), "--quiet", "--extra-seconds", "0", cwd=tmp_path, preexec_fn=small_files)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.splitlines()[-1] == f"error: could not write {answer} (File too large); nothing was written there"
+    assert answer.read_bytes() == b"the previous answer" and not list(tmp_path.glob(".*.tmp"))

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-import voicechat  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
@@ -15,6 +14,8 @@ from voicechat.config import CodecConfig
 from voicechat.tts.codec import (AudioCodec, StridedConv1d, StridedConvTranspose1d,
                                  bounded_magnitude, head_spectrum, periodic_hann, overlap_add, pad_to_multiple,
                                  stft_channels, windowed_frames)
+
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
 
 PREFIX = "tts_model.audio_codec."
 RUNS = {"greedy": "tiny_model", "greedy_aria": "tiny_model_aria", "v2_greedy_aria": "tiny_v2_aria"}

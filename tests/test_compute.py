@@ -37,6 +37,15 @@ def test_importing_voicechat_first_loads_openblas_quietly():
     assert (warnings, mapped) == ("", "True")
 
 
+@pytest.mark.parametrize("module", ["voicechat.stt.mel", "voicechat.tts.mog", "voicechat.cache",
+                                    "voicechat.benchmarks.frame"])
+def test_importing_any_module_of_the_package_first_loads_openblas_before_mlx(module):
+    """Python runs the package's __init__ (whose first import is compute) before any of its modules, so no module
+    needs its own preload import."""
+    warnings, mapped = loaded_blas(f"import {module}, sys\nassert 'mlx.core' in sys.modules")
+    assert (warnings, mapped) == ("", "True")
+
+
 def test_importing_mlx_first_says_that_the_preload_came_too_late():
     warnings, mapped = loaded_blas("import mlx.core\nimport voicechat")
     assert mapped == "False"

@@ -19,6 +19,8 @@ from voicechat.tts.eartts import (Codebook, RVQEARTTSModel, WarmupInputs, depths
                                   unmasking_schedule, warmup_inputs, warmup_waveform)
 from voicechat.tts.mog import KeyNoise
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 TOL = 1e-4
 GREEDY = HARNESS_TTS["greedy"]
 RUNS = {run: (name, HARNESS_TTS[tts]) for run, (name, tts) in HARNESS_RUNS.items()}  # run -> (checkpoint, settings)

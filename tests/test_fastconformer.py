@@ -21,6 +21,8 @@ from voicechat.stt.fastconformer import (ConformerEncoder, ConvSubsampling, RelP
                                          attention_context, skew_to_keys, subsampled_length)
 from voicechat.stt.perception import Perception
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 RUNS = {"greedy": "tiny_model", "v2_greedy_aria": "tiny_v2_aria"}  # 2 layers / 3 layers, 80 / 128 mels
 PARITY = 1e-4
 

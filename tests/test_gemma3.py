@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import conftest  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 from voicechat.config import GemmaConfig

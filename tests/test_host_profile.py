@@ -1,8 +1,6 @@
-"""voicechat.benchmarks.host_profile on py-spy's raw format (a stack of frames joined by ';', then a sample count)."""
+"""bench.host_profile on py-spy's raw format (a stack of frames joined by ';', then a sample count)."""
 
-import conftest  # noqa: F401  (BLAS preload before mlx)
-
-from voicechat.benchmarks.host_profile import read, shares
+from bench.host_profile import read, shares
 
 RAW = """\
 _run_module_as_main (<frozen runpy>:198);main (voicechat/benchmarks/frame_split.py:78) 5

@@ -2,14 +2,15 @@
 command, which work from another folder (the README's Python example included); the README's set-up is what CI does.
 
 The new venv sees this environment's packages (mlx, numpy, pip, setuptools, ...) through a .pth file, so nothing is
-downloaded; voicechat itself is built from a copy of the repository's files and installed into it.
+downloaded; voicechat itself is built from a copy of the repository's files and installed into it. A voicechat that
+the reader installed into this environment (the README's `pip install .`) is left out of that view: otherwise it
+would come first on the new venv's path and hide the editable install's finder.
 """
 
 import os
 import re
 import shlex
 import shutil
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 
 from conftest import HARNESS_WAV, TESTS
 from voicechat.random_checkpoint import write_checkpoint
+
+pytestmark = pytest.mark.slow  # each test builds and installs the package into a new venv
 
 REPO = TESTS.parent
 README = (REPO / "README.md").read_text()
@@ -38,13 +41,28 @@ def readme_block(heading: str, language: str) -> str:
     return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
 
 
+def outer_packages(root: Path) -> list[Path]:
+    """This environment's site-packages (those on its path) as folders of links to their entries, less any installed
+    voicechat."""
+    views = []
+    found = [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    for i, packages in enumerate(dict.fromkeys(found)):
+        view = root / f"outer-{i}"
+        view.mkdir()
+        for entry in packages.iterdir():
+            if not entry.name.lower().replace("___", "__.").startswith(("voicechat", "__editable__.voicechat")):
+                (view / entry.name).symlink_to(entry)
+        views.append(view)
+    return views
+
+
 def new_venv(root: Path, *install_args: str) -> tuple[Path, Path, Path]:
     """A new venv in ``root`` with voicechat pip-installed from a copy of the repository (``install_args`` before
     the source folder: e.g. "-e"); returns its python, the source copy and an empty folder elsewhere."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=120)
     python = root / "venv" / "bin" / "python"
     purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root).stdout.strip()
-    (Path(purelib) / "outer_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    (Path(purelib) / "outer_environment.pth").write_text("".join(f"{p}\n" for p in outer_packages(root)))
     source = root / "source"  # what a fresh clone holds of the package
     shutil.copytree(REPO / "voicechat", source / "voicechat", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):

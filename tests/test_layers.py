@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-import conftest  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 

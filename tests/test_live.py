@@ -447,10 +447,24 @@ def test_no_microphone_says_so(tmp_path):
         pytest.skip("this machine has a sound device of its own")
     run = run_live("--demo", env=env)
     assert run.returncode == 1 and run.stderr.count("\n") == 1
-    assert last_line(run.stderr) == ("error: no microphone found: connect one or pick one with --input-device "
-                                     "(`python -m voicechat live --list-devices` lists them)")
+    assert last_line(run.stderr) == ("error: no microphone found: connect one, pick one with --input-device "
+                                     "(`python -m voicechat live --list-devices` lists them), or play a recording "
+                                     "as the microphone with --input-file WAV")
     listing = run_live("--list-devices", env=env)
     assert listing.returncode == 0 and listing.stdout.startswith("no audio devices found")
+    # a recording as the microphone still needs a speaker: the message names the file that stands in for it
+    played = run_live("--demo", "--input-file", str(HARNESS_WAV), env=env)
+    assert played.returncode == 1 and last_line(played.stderr).startswith("error: no speaker found: ")
+    assert last_line(played.stderr).endswith("or, with --input-file, write the answer to a file with --output-file "
+                                             "OUT.wav")
+    # run as the installed command, the hint names that command
+    command = tmp_path / "bin" / "voicechat"
+    command.parent.mkdir()
+    command.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(voicechat.__file__).parents[1])!r})\n"
+                       "from voicechat.__main__ import main\nsys.exit(main())\n")
+    command.chmod(0o755)
+    installed = subprocess.run([command, "live", "--demo"], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert "(`voicechat live --list-devices` lists them)" in last_line(installed.stderr)
 
 
 def test_devices_are_listed_and_a_wrong_one_is_a_usage_error(pulse):

@@ -137,6 +137,31 @@ def test_batched_prefill_equals_per_token_prefill():
     assert max_err(run_steps(stt, cfg, batched, audio), run_steps(stt, cfg, per_token, audio)) < 1e-5
 
 
+@pytest.mark.parametrize("name,run", GEOMETRIES)
+def test_prefill_in_chunks_equals_one_call(name, run):
+    """A long prompt goes in bounded chunks (the memory of one call grows with its square): the last logits, every
+    cache tensor and then NeMo's step logits are those of the one-call prefill."""
+    ref, cfg, stt = reference(run), model_config(name), build_stt(name)
+    prompt = mx.array(ref["stt.prompt_tokens"])
+    assert prompt.shape[1] > 3  # several chunks, the last one shorter
+    whole, chunked = lm.LMState(stt, cfg), lm.LMState(stt, cfg)
+    want = lm.prefill(stt, cfg, whole, prompt, chunk=prompt.shape[1])[0]
+    got = lm.prefill(stt, cfg, chunked, prompt, chunk=3)[0]
+    mx.eval(want, got, whole.arrays, chunked.arrays)
+    assert max_err(got, want) < 1e-5
+    assert len(whole.arrays) == len(chunked.arrays)
+    for a, b in zip(whole.arrays, chunked.arrays):
+        assert a.shape == b.shape and max_err(a, b) < 1e-5
+    p = prompt.shape[1]
+    prev = previous_ids(ref["stt.gen_text_full"], cfg.pad_id)[0]
+    audio = mx.array(ref["stt.audio_embeds"])
+    logits = [got]
+    for t in range(audio.shape[1]):
+        logits.append(lm.step(stt, cfg, chunked, audio[:, t], mx.array(prev[p + t:p + t + 1]))[0])
+        mx.eval(logits[-1], chunked.arrays)
+    assert max_err(mx.stack(logits, axis=1), ref["stt.text_logits_step"][:, p - 1:]) < 1e-4
+
+
 def test_several_sessions_share_one_model():
     cfg, stt = model_config("tiny_model"), build_stt("tiny_model")
     prompt, audio = prompt_and_audio("tiny_model", "greedy")

@@ -15,6 +15,8 @@ from voicechat import AudioInputError, Cancelled, GenerationConfig
 from voicechat.loop import QUIET_FRAMES_AFTER_ANSWER, answer_finished
 from voicechat.group import sample_text_tokens
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 PROMPT = "You are a helpful assistant."
 SETTINGS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}  # GenerationConfig
 GREEDY = SETTINGS["greedy"]

@@ -15,6 +15,8 @@ from voicechat import GenerationConfig
 MEDIUM = os.environ.get("VOICECHAT_MEDIUM")
 
 
+@pytest.mark.nemo
+@pytest.mark.slow
 @pytest.mark.skipif(not MEDIUM, reason="VOICECHAT_MEDIUM is not set (the medium NeMo checkpoint is not committed)")
 def test_medium_checkpoint_end_to_end_parity():
     root = Path(MEDIUM)

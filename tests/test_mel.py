@@ -15,6 +15,8 @@ from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.config import PreprocessorConfig
 from voicechat.stt.mel import Preprocessor, hz_to_mel, mel_to_hz, valid_frames
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 RUNS = {"greedy": "tiny_model", "v2_greedy_aria": "tiny_v2_aria"}  # 80 mels / 128 mels
 BUFFERS = "stt_model.perception.preprocessor.featurizer."
 PARITY = 1e-4

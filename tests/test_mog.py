@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-import conftest  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 from voicechat.config import MoGConfig

@@ -17,6 +17,8 @@ from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.stt import nemotron_h
 from voicechat.stt.nemotron_h import NemotronH, segment_sum, step_sizes
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 # (checkpoint, reference run): the default geometry (pattern M-M*-, chunk 16) and variant2 (M-*-M*-, n_groups 4,
 # two attention layers, chunk 8); both timelines are 11 prompt + 28 audio positions, so the scan spans chunks.
 GEOMETRIES = [("tiny_model", "greedy"), ("tiny_v2_aria", "v2_greedy_aria")]

@@ -17,6 +17,8 @@ from voicechat.checkpoint import load_into, read_weights
 from voicechat.config import parse_rnnt
 from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint, Transcript, transcript_text
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 FIXTURE = NEMO / "rnnt"
 REFERENCE = np.load(FIXTURE / "reference.npz")
 

@@ -20,6 +20,8 @@ from voicechat import session as session_module
 from voicechat.session import Session, TextStream
 from voicechat.tokenizer import TextTokenizer
 
+pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
+
 PROMPT = "You are a helpful assistant."
 TTS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}
 CHUNKS = [1, 160, 1000, 1280, 7919, None]  # None: the whole recording in one call

@@ -276,6 +276,10 @@ def test_the_tool_route_answers_with_the_tools_result_or_an_error_object(served)
     assert run("calculate", '{"expression": "1/0"}') == {"error": "division by zero"}
     assert run("calculate", "not json") == {"error": "the arguments are not a JSON object"}
     assert run("launch_rockets", "{}") == {"error": "no tool named 'launch_rockets' here"}
+    # a zone name that is a folder of the zone database (or too long a name) said where the server keeps it
+    for zone in ("Europe", "x" * 300):
+        assert run("get_current_time", json.dumps({"timezone": zone})) == {
+            "error": f"unknown time zone {zone!r}: use an IANA name such as Europe/Paris"}
 
 
 def settled(served: Served) -> dict:

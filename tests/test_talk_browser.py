@@ -22,6 +22,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 import app  # noqa: E402
 from test_app import EXAMPLE, EXAMPLE_FRAMES, free_port  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
+from voicechat.config import MAX_LAG_SECONDS  # noqa: E402
 from voicechat.webui import talk  # noqa: E402
 
 MICROPHONE = app.ASSETS / "capital_16k_mono.wav"  # "Hi there! What is the capital of France?" (looped)
@@ -177,7 +178,32 @@ def test_a_conversation_that_falls_behind_stops_with_a_message(demo_app, browser
         expect(status).to_contain_text("The conversation so far can be saved.")
         expect(page.locator("#live-start")).to_be_enabled(timeout=TIMEOUT)
     finally:
-        tab.lag_limit_s = talk.LAG_LIMIT_S
+        tab.lag_limit_s = MAX_LAG_SECONDS
+    page.context.close()
+
+
+def test_with_an_api_key_the_tab_asks_for_it_and_talks_with_the_right_one(demo_app, browser):
+    """app.py --api-key: the tab shows the key field; a wrong key is refused at the WebSocket's upgrade, and the
+    right one starts a conversation (and its tools would run through /live/tool with the same key)."""
+    url, tab = demo_app
+    tab.realtime.api_key = "sesame"
+    try:
+        page = open_tab(browser, url)
+        wait_ready(page)
+        expect(page.locator("#live-key")).to_be_visible()
+        page.locator("#live-key").fill("wrong")
+        page.locator("#live-start").click()
+        expect(page.locator("#live-status")).to_contain_text("The API key was refused", timeout=TIMEOUT)
+        expect(page.locator("#live-start")).to_be_enabled(timeout=TIMEOUT)
+        page.locator("#live-key").fill("sesame")
+        page.locator("#live-start").click()
+        expect(page.locator("#live-status")).to_contain_text("Live: talk now", timeout=TIMEOUT)
+        wait_stat(page, "frames", 0)
+        page.locator("#live-stop").click()
+        expect(page.locator("#live-status")).to_contain_text("Stopped")
+    finally:
+        tab.realtime.api_key = None
+    expect(page.locator("#live-key")).to_be_hidden(timeout=TIMEOUT)  # the next status: no key needed any more
     page.context.close()
 
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
-from .errors import AudioInputError, ToolError, VoiceChatError
+from .config import FRAME_SECONDS
+from .errors import AudioInputError, ToolError, VoiceChatError, command_name
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
 
 
 class UsageError(Exception):
@@ -23,20 +27,30 @@ class UsageError(Exception):
 
 
 class ProgressBar:
-    """One stderr line, redrawn per frame: frames done, frames per second and the real-time factor."""
+    """Frames done, frames per second and the real-time factor on stderr: on a terminal one line redrawn per frame;
+    into a file or a pipe (a log) a line of its own at each tenth of the run."""
 
     def __init__(self, stream=None, width: int = 30):
         self.stream, self.width = stream or sys.stderr, width
+        self.tty = self.stream.isatty()
+        self.tenths = -1  # the last tenth written to a log
 
     def __call__(self, done: int, total: int, update) -> None:
+        tenth = 10 * done // max(total, 1)
+        if not self.tty and tenth == self.tenths:
+            return
+        self.tenths = tenth
         filled = self.width * done // max(total, 1)
-        rtf = 12.5 / update.frames_per_second if update.frames_per_second else float("inf")
-        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} frames  "
-                          f"{update.frames_per_second:.1f} frames/s  RTF {rtf:.2f}  ")
+        fps = update.frames_per_second
+        rtf = 1 / (FRAME_SECONDS * fps) if fps else float("inf")  # wall seconds per second of timeline
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} frames  "
+                f"{fps:.1f} frames/s  RTF {rtf:.2f}  ")
+        self.stream.write(f"\r{line}" if self.tty else f"{line.rstrip()}\n")
         self.stream.flush()
 
     def close(self) -> None:
-        self.stream.write("\n")
+        if self.tty:
+            self.stream.write("\n")
 
 
 def generation_config(a: argparse.Namespace):
@@ -61,7 +75,8 @@ def input_file(path: str) -> Path:
 
 
 def output_file(path: Optional[str], option: str) -> Optional[Path]:
-    """An output path checked before the long run: its folder must exist and it must not be a folder itself."""
+    """An output path checked before the long run: a regular file or a new name (never a folder, FIFO or device) in a
+    folder where a file can be created now (a read-only file system is found here, not after the run)."""
     if path is None:
         return None
     p = Path(path).expanduser()
@@ -69,7 +84,46 @@ def output_file(path: Optional[str], option: str) -> Optional[Path]:
         raise UsageError(f"{option} {path} is a folder; give a file name in it")
     if not p.parent.is_dir():
         raise UsageError(f"{option} {path}: the folder {p.parent} does not exist; create it first")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"{option} {path} is not a regular file (a FIFO, device or socket); give a file name")
+    try:
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write in {p.parent} ({e.strerror})") from None
     return p
+
+
+def distinct_files(named: dict) -> None:
+    """No output may be the input or another output (same path, or the same file by another name)."""
+    seen: dict = {}
+    for option, p in named.items():
+        if p is None:
+            continue
+        key = p.resolve()
+        for other, q in seen.items():
+            if key == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q)):
+                raise UsageError(f"{option} and {other} are the same file ({p}); give {option} another name")
+        seen[option] = p
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same folder, renamed over ``path`` only once all of it is written: a full
+    disk or an interrupted run never leaves a half-written file, nor destroys the one that was there."""
+    tmp = None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
+            tmp = Path(f.name)
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
+    except BaseException:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def default_answer_file(recording: Path) -> Path:
@@ -90,27 +144,50 @@ def chosen_tools(a: argparse.Namespace) -> tuple:
 
 
 def print_tool_calls(result) -> None:
+    from .live import terminal_text
+
     for call in result.tool_calls:
         outcome = f"error: {call.error}" if call.error else json.dumps(call.result, ensure_ascii=False)
-        print(f"[tool] {call.name or '?'}({json.dumps(call.arguments, ensure_ascii=False)}) -> {outcome}")
+        print(terminal_text(f"[tool] {call.name or '?'}({json.dumps(call.arguments, ensure_ascii=False)}) -> {outcome}"))
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
+        return answer_recording(a, Path(scratch))
+
+
+def load_model(a: argparse.Namespace, scratch: Path):
+    """The checkpoint ``--model`` names, or with ``--demo`` the app's tiny random-weight model written into
+    ``scratch``."""
     from . import load
-    from .audio import check_recording, read_audio, write_wav
+    from .engine import demo_model
+
+    if a.demo:
+        print("loading the demo model (random weights: its answers are noise) ...", file=sys.stderr)
+        return demo_model(scratch)(None)
+    print(f"loading {a.model} ...", file=sys.stderr)
+    return load(a.model, tokenizer=a.tokenizer, offline=a.offline)
+
+
+def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
+    from .audio import check_recording, read_audio, wav_bytes
+    from .limits import checked_prompt, checked_seed
     from .engine import make_answer
+    from .live import terminal_text
     from .result import conversation_json
 
     recording = input_file(a.audio)
     answer_file = output_file(a.output_audio, "--output-audio") or default_answer_file(recording)
     json_file = output_file(a.json, "--json")
+    distinct_files({"--audio": recording, "--output-audio": answer_file, "--json": json_file})
     gen = generation_config(a)
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
     samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
-    check_recording(samples, rate, max_seconds=gen.max_input_seconds)
+    check_recording(samples, rate, max_seconds=gen.max_input_seconds, name=recording.name)
     tools = chosen_tools(a)
     t0 = time.perf_counter()
-    print(f"loading {a.model} ...", file=sys.stderr)
-    model = load(a.model, tokenizer=a.tokenizer, offline=a.offline)
+    model = load_model(a, scratch)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     bar = ProgressBar()
     t0 = time.perf_counter()
@@ -122,19 +199,19 @@ def cmd_generate(a: argparse.Namespace) -> int:
             bar.close()
     wall = time.perf_counter() - t0
     if result.user_transcript:
-        print(f"[user] {result.user_transcript}")
-    print(result.text.strip())
+        print(f"[user] {terminal_text(result.user_transcript)}")
+    print(terminal_text(result.text.strip()))
     if result.function_text.strip():
-        print(f"[function] {result.function_text.strip()}")
+        print(f"[function] {terminal_text(result.function_text.strip())}")
     print_tool_calls(result)
-    write_wav(answer_file, result.audio, result.sample_rate)
+    write_atomically(answer_file, wav_bytes(result.audio, result.sample_rate))
     print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
     if json_file:
-        record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model,
+        record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model, demo_model=a.demo,
                                    input_file=recording.name, input_sample_rate=rate, input_seconds=len(samples) / rate,
                                    system_prompt=a.system_prompt, seed=a.seed, generation_config=gen,
                                    answer_file=answer_file.name)
-        json_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        write_atomically(json_file, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         print(f"wrote {json_file}", file=sys.stderr)
     return 0
 
@@ -158,6 +235,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    check_port(a.port)
+    check_range("idle_timeout", "--idle-timeout", a.idle_timeout, 0.0)
     try:
         import uvicorn  # noqa: F401
         import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
@@ -169,28 +248,35 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if a.max_sessions is not None and a.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
     serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
-          max_sessions=a.max_sessions)
+          idle_seconds=a.idle_timeout, max_sessions=a.max_sessions)
     return 0
 
 
-def add_model_arguments(p: argparse.ArgumentParser, demo: bool) -> None:
-    """Which model: --model, --offline and (for the live commands) --demo."""
+def check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port: give one of 1-65535 (0 picks a free one)")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Which model: --model, --offline and --demo."""
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
     p.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
-    if demo:
-        p.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (no download; "
-                                                           "answers are noise)")
+    p.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (no download; "
+                                                       "answers are noise)")
 
 
 def add_serve_parser(sub) -> None:
     import os
 
     s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
-    add_model_arguments(s, demo=True)
+    add_model_arguments(s)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     s.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="refuse connections without 'Authorization: Bearer KEY' (default: $VOICECHAT_API_KEY)")
+    s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
+                   help=f"close a connection that sends no audio for this long (default {DEFAULT_IDLE_SECONDS:g}; "
+                        "0 = never)")
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
                         "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
@@ -225,10 +311,10 @@ def cmd_live(a: argparse.Namespace) -> int:
 
 
 def add_live_parser(sub) -> None:
-    from .live import DEFAULT_MAX_LAG
+    from .config import MAX_LAG_SECONDS
 
     v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
-    add_model_arguments(v, demo=True)
+    add_model_arguments(v)
     v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
@@ -246,8 +332,8 @@ def add_live_parser(sub) -> None:
     v.add_argument("--fast", action="store_true", help="with --input-file and --output-file: faster than real time")
     v.add_argument("--tail", type=float, default=4.0, help="seconds of silence after --input-file (default 4)")
     v.add_argument("--seconds", type=float, help="stop after this many seconds")
-    v.add_argument("--max-lag", type=float, default=DEFAULT_MAX_LAG,
-                   help=f"stop when the model falls this many seconds behind real time (default {DEFAULT_MAX_LAG:g}; "
+    v.add_argument("--max-lag", type=float, default=MAX_LAG_SECONDS,
+                   help=f"stop when the model falls this many seconds behind real time (default {MAX_LAG_SECONDS:g}; "
                         f"0 = never); tool calls hold your audio on purpose and are not counted")
     v.add_argument("--echo-cancel", action="store_true",
                    help="remove the speaker's sound from the microphone (WebRTC AEC3; pip install livekit), so "
@@ -259,7 +345,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
-    add_model_arguments(g, demo=False)
+    add_model_arguments(g)
     g.add_argument("--audio", required=True,
                    help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
     g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
@@ -308,18 +394,21 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     add_live_parser(sub)
+    p.commands = sub.choices  # each command's own parser, for its usage line
     return p
 
 
 def main(argv=None) -> int:
-    prog = "voicechat" if Path(sys.argv[0]).name == "voicechat" else "python -m voicechat"  # the installed command
+    p = parser(command_name())
     try:
-        args = parser(prog).parse_args(argv)
+        args, unknown = p.parse_known_args(argv)
+        if unknown:  # said by the command's parser, so its usage line (and not the top level's) comes with it
+            p.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as e:  # argparse already printed the usage error
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError, ToolError) as e:
+    except (UsageError, AudioInputError, ToolError, SettingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

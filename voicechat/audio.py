@@ -43,6 +43,8 @@ def read_audio(path: Union[str, Path]) -> tuple[np.ndarray, int]:
         raise AudioInputError(f"{path.name} is a folder, not an audio file")
     if not path.is_file():
         raise AudioInputError(f"{path.name} does not exist")
+    if path.stat().st_size == 0:  # else FFmpeg's "Invalid data found when processing input"
+        raise AudioInputError(f"{path.name} is empty (0 bytes): the upload or the recording did not get through")
     decoded = read_with_soundfile(path)
     data, rate = decoded if decoded is not None else read_with_pyav(path)
     return to_float32(data), rate
@@ -90,20 +92,21 @@ def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 
 def check_recording(x: np.ndarray, sample_rate: int, min_seconds: float = FRAME_SECONDS,
-                    max_seconds: float = MAX_INPUT_SECONDS) -> float:
+                    max_seconds: float = MAX_INPUT_SECONDS, name: str = "the recording") -> float:
     """Refuse what the model cannot use (empty, NaN, shorter than ``min_seconds``, longer than ``max_seconds``);
-    return the length in seconds. ``x``: mono float32 samples at ``sample_rate``."""
+    return the length in seconds. ``x``: mono float32 samples at ``sample_rate``; ``name``: what the messages call
+    it (a file's name)."""
     if sample_rate <= 0:
         raise AudioInputError(f"sample rate {sample_rate} is not positive")
     if x.size == 0:
-        raise AudioInputError("the recording is empty")
+        raise AudioInputError(f"{name} is empty")
     if not np.all(np.isfinite(x)):
-        raise AudioInputError("the recording contains NaN or infinite samples")
+        raise AudioInputError(f"{name} contains NaN or infinite samples")
     seconds = x.size / sample_rate
     if seconds > max_seconds:
-        raise AudioInputError(f"the recording is {seconds:.1f} s long; the limit is {max_seconds:.0f} s")
+        raise AudioInputError(f"{name} is {seconds:.1f} s long; the limit is {max_seconds:.0f} s")
     if seconds < min_seconds:
-        raise AudioInputError(f"the recording is too short ({1000 * seconds:.0f} ms, shorter than one "
+        raise AudioInputError(f"{name} is too short ({1000 * seconds:.0f} ms, shorter than one "
                               f"{1000 * min_seconds:.0f} ms frame); record at least a word")
     return seconds
 
@@ -112,13 +115,15 @@ def prepare_input(audio: Union[np.ndarray, str, Path], sample_rate: int | None, 
                   min_samples: int, max_seconds: float = MAX_INPUT_SECONDS) -> np.ndarray:
     """The model's input: mono float32 at ``target_rate``, checked. ``audio`` is samples (with their rate) or a
     file path (rate read from the file)."""
+    name = "the recording"
     if isinstance(audio, (str, Path)):
         x, sample_rate = read_audio(audio)
+        name = Path(audio).name
     else:
         if sample_rate is None:
             raise AudioInputError("sample_rate is required when audio is given as samples")
         x = to_float32(audio)
-    check_recording(x, sample_rate, min_samples / target_rate, max_seconds)
+    check_recording(x, sample_rate, min_samples / target_rate, max_seconds, name)
     return resample(x, sample_rate, target_rate)
 
 
@@ -142,8 +147,8 @@ def check_upload(path: Union[str, Path], realtime_factor: Optional[float] = None
     expected wait (``seconds x realtime_factor``, the caller's measured or expected RTF) when it is longer than
     ``advised_seconds``."""
     x, rate = read_audio(path)
-    seconds = check_recording(x, rate, FRAME_SECONDS, max_seconds)
     name = Path(path).name
+    seconds = check_recording(x, rate, FRAME_SECONDS, max_seconds, name)
     if seconds <= advised_seconds:
         return UploadCheck(seconds, rate, f"{name}: {duration_words(seconds)}.", False)
     message = f"{name} is {duration_words(seconds)} long; recordings under {duration_words(advised_seconds)} work best."

@@ -12,7 +12,6 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 FIRST_CAPACITY = 256

@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten

@@ -21,10 +21,9 @@ _BLAS_CANDIDATES = (
 )
 
 
-# OpenBLAS's idle worker threads spin for 2**28 cycles (about 0.1 s) after each threaded call before they sleep; a
-# frame makes many small calls, so on a 2-core machine they keep a core busy that MLX's stream thread, the web server
-# and a browser need. 2**4 (the least OpenBLAS takes) puts them to sleep at once (docs/platform.md §1: the demo
-# model's session frame p95 beside a busy process 53-62 against 95-111 ms, the medium frame no slower).
+# OpenBLAS's idle workers spin after each threaded call before they sleep, keeping a core busy that MLX's stream
+# thread, the web server and a browser need; 2**4 cycles (the least OpenBLAS takes) puts them to sleep at once
+# (docs/platform.md §1)
 BLAS_THREAD_TIMEOUT = 4
 
 
@@ -51,8 +50,7 @@ def preload_blas() -> str | None:
 
 def warn_if_reference_blas() -> None:
     """mlx was imported before voicechat, so the preload came too late: say so unless an OpenBLAS is in the process
-    anyway (LD_PRELOAD). Measured on the medium checkpoint on a 2-core CPU: a session frame of 1.1 s instead of
-    0.28 s."""
+    anyway (LD_PRELOAD). Without it a frame is several times slower (docs/platform.md §1)."""
     try:
         with open("/proc/self/maps") as maps:
             if "libopenblas" in maps.read():
@@ -81,12 +79,10 @@ import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
 
 
 def batch_cuda_kernels() -> None:
-    """On CUDA, MLX records kernels into CUDA graphs of at most ``MLX_MAX_OPS_PER_BUFFER`` nodes (default 20) and
-    launches each graph; a frame of this model is about 5700 kernels, so the graphs' count sets much of the host
-    time. Measured on the H200 (docs/bench/h200-2026-12-01-launch-settings.txt, a session of 160 frames per
-    process): median frame 54.5 ms at 20; 37.8 and 42.9 ms at 100 (two processes); 45.3 at 50, 50.4 at 250. The
-    numbers computed do not change (the same kernels, grouped differently). Read by MLX at its first evaluation; a
-    value the user set wins; Metal is left to MLX's own per-device defaults."""
+    """On CUDA, MLX launches its kernels in CUDA graphs of at most ``MLX_MAX_OPS_PER_BUFFER`` nodes (default 20); a
+    frame is thousands of kernels, so fewer, larger graphs save host time (100 was fastest: docs/platform.md §8). The
+    numbers computed do not change. Read by MLX at its first evaluation; a value the user set wins; Metal is left to
+    MLX's own per-device defaults."""
     if mx.cuda.is_available():
         os.environ.setdefault("MLX_MAX_OPS_PER_BUFFER", "100")
 
@@ -100,7 +96,7 @@ def on_gpu() -> bool:
 
 def entry(x: mx.array, i: int, axis: int = 0) -> mx.array:
     """``x``'s entry ``i`` (a Python int) along ``axis``, as a view. Plain ``x[i]`` builds a gather kernel in MLX
-    (0.32), and on the GPU a frame pays for every kernel (README, Speed)."""
+    (0.32), and on the GPU a frame pays for every kernel (docs/platform.md §4)."""
     return mx.take(x, i, axis=axis)
 
 
@@ -116,19 +112,17 @@ def speech_dtype() -> mx.Dtype:
 
 def compile_enabled() -> bool:
     """Fuse the fixed-shape per-frame functions with ``mx.compile`` on a GPU, where a frame is bound by the number
-    of kernels. On the CPU it stays off: it pays only where per-node cost dominates (tiny model: session frame ~10 vs
-    ~17 ms), not where the LLM's weights do (medium: 366-377 vs 344-363 ms), and a first start compiles every graph
-    with the system's C++ compiler (92 graphs, 56 s on the tiny model); docs/platform.md §4.
-    ``VOICECHAT_COMPILE=1`` / ``0`` forces it on / off."""
+    of kernels. On the CPU it stays off: it pays only where per-node cost dominates (small models), and a first start
+    compiles every graph with the system's C++ compiler (docs/platform.md §4). ``VOICECHAT_COMPILE=1`` / ``0``
+    forces it on / off."""
     forced = os.environ.get("VOICECHAT_COMPILE")
     return on_gpu() if forced is None else forced == "1"
 
 
 def affine(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
     """``x W^T + b`` with the bias added after the product, not through ``addmm``: on CUDA, MLX runs a one-row matmul
-    as a gemv kernel only when no bias comes with it (an addmm goes to cuBLAS): 7.9 vs 14.5 us per 1024 x 1024 layer,
-    compiled, on the H200 (docs/bench/h200-2026-12-01-node-probe.txt); compiled, the add joins the elementwise kernel
-    that follows. On the CPU both are the same BLAS product and one rounding of the sum with the bias."""
+    as a gemv kernel only when no bias comes with it (an addmm goes to cuBLAS, about twice as slow: docs/platform.md
+    §8); compiled, the add joins the elementwise kernel that follows. On the CPU both are the same BLAS product."""
     y = product(x, weight.T)
     return y if bias is None else y + bias
 

@@ -25,7 +25,10 @@ from . import layouts
 from .errors import ConfigError
 
 FRAME_SECONDS = 0.08  # one step of the model's timeline (docs/model.md §1.2): 1280 input samples, 1764 output samples
+INPUT_SAMPLE_RATE = 16000  # what the model hears (docs/model.md §1.2); checkpoints may say otherwise in their config
+OUTPUT_SAMPLE_RATE = 22050  # what the codec speaks (docs/model.md §1.2)
 MAX_INPUT_SECONDS = 600.0  # longer recordings are refused (10 minutes)
+MAX_LAG_SECONDS = 2.0  # a live conversation this far behind real time stops (docs/live.md; the page reads it)
 
 NANO_9B_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
 NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"  # docs/model.md §4.1: the revision NVIDIA's TRT builder pins
@@ -109,7 +112,7 @@ class PreprocessorConfig:
     """NeMo AudioToMelSpectrogramPreprocessor (docs/model.md §2.1); defaults are NeMo's (the release uses 128 features,
     0.025 s windows and pad_to 0)."""
 
-    sample_rate: int = 16000
+    sample_rate: int = INPUT_SAMPLE_RATE
     features: int = 64
     n_fft: Optional[int] = None  # None: the next power of two >= win_length (NeMo)
     window_size: float = 0.02
@@ -286,7 +289,7 @@ class CodecConfig:
     kernel_size: int = 7
     codebook_size: int = 1024
     num_quantizers: int = 31
-    sample_rate: int = 22050
+    sample_rate: int = OUTPUT_SAMPLE_RATE
 
     @property
     def samples_per_frame(self) -> int:
@@ -324,8 +327,8 @@ class ModelConfig:
     bos_id: Optional[int] = None
     eos_id: Optional[int] = None
     pad_id: Optional[int] = None
-    input_sample_rate: int = 16000
-    output_sample_rate: int = 22050
+    input_sample_rate: int = INPUT_SAMPLE_RATE
+    output_sample_rate: int = OUTPUT_SAMPLE_RATE
     frame_length: float = FRAME_SECONDS
     text_channel_weight: float = 1.0
     user_channel_weight: float = 1.0
@@ -361,6 +364,11 @@ class GenerationConfig:
     tts_top_k: Optional[int] = None
     tts_noise_scale: Optional[float] = None
     turn_markers: bool = False  # NVIDIA's <|t|> / <$t$> markers in the assistant text (docs/model.md §1.3)
+
+    def __post_init__(self):
+        from .limits import check_generation  # (limits reads FRAME_SECONDS from here)
+
+        check_generation(self)
 
 
 NVIDIA_SAMPLING = dict(text_temperature=0.3, text_top_p=0.5, text_repetition_penalty=1.1)

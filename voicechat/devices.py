@@ -17,14 +17,13 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import AudioDeviceError
+from .config import FRAME_SECONDS, INPUT_SAMPLE_RATE
+from .errors import AudioDeviceError, command_name
 
-FRAME_SECONDS = 0.08  # one timeline position (docs/model.md §1.2): the session hands over audio this much at a time
 FAST_AHEAD = 0.32  # a fast file microphone: seconds of input handed over ahead of what the session consumed
 STALL_SECONDS = 3.0  # a device whose callback has not run for this long has stopped (PortAudio on macOS does not
 #                      always report a device that went away: its callbacks just stop)
 PORTAUDIO_FIX = "Linux: sudo apt install libportaudio2; macOS: pip install --force-reinstall sounddevice"
-LIST_HINT = "`python -m voicechat live --list-devices` lists them"
 
 
 class DeviceChoiceError(AudioDeviceError):
@@ -78,6 +77,15 @@ def device_table(sd) -> str:
            f"--output-device take a number or part of a name)"
 
 
+def list_hint() -> str:
+    return f"`{command_name()} live --list-devices` lists them"
+
+
+# what stands in for a missing device: a recording played as the microphone, a file written for the speaker
+FILE_STAND_IN = {"input": "or play a recording as the microphone with --input-file WAV",
+                 "output": "or, with --input-file, write the answer to a file with --output-file OUT.wav"}
+
+
 def pick_device(sd, spec: Optional[str], kind: str) -> tuple[int, dict]:
     """(index, sounddevice's device dict) for ``spec`` (None: the system default; a number; or part of a name)."""
     what = "microphone" if kind == "input" else "speaker"
@@ -86,15 +94,16 @@ def pick_device(sd, spec: Optional[str], kind: str) -> tuple[int, dict]:
         try:
             info = sd.query_devices(kind=kind)
         except Exception:  # PortAudioError "Error querying device -1": there is no default device of this kind
-            raise AudioDeviceError(f"no {what} found: connect one or pick one with {option} ({LIST_HINT})") from None
+            raise AudioDeviceError(f"no {what} found: connect one, pick one with {option} ({list_hint()}), "
+                                   f"{FILE_STAND_IN[kind]}") from None
     else:
         try:
             info = sd.query_devices(int(spec) if spec.strip().isdigit() else spec, kind=kind)
         except Exception as e:  # ValueError: no or several devices match; PortAudioError: bad number
             reason = str(e).splitlines()[0] if str(e) else "no such device"
-            raise DeviceChoiceError(f"{option} {spec!r}: {reason} ({LIST_HINT})") from None
+            raise DeviceChoiceError(f"{option} {spec!r}: {reason} ({list_hint()})") from None
     if info[f"max_{kind}_channels"] < 1:
-        raise DeviceChoiceError(f"{option} {spec!r}: {info['name']} has no {kind} channels ({LIST_HINT})")
+        raise DeviceChoiceError(f"{option} {spec!r}: {info['name']} has no {kind} channels ({list_hint()})")
     return int(info["index"]), dict(info)
 
 
@@ -234,7 +243,7 @@ class DeviceStream:
                                finished_callback=self._finished.set)
         except Exception as e:  # PortAudioError: the device refuses the format, is busy, vanished ...
             raise AudioDeviceError(f"cannot open the {self.what} {self.name!r}: {first_line(e)}; "
-                                   f"pick another with --{kind}-device ({LIST_HINT})") from None
+                                   f"pick another with --{kind}-device ({list_hint()})") from None
 
     @property
     def what(self) -> str:
@@ -264,7 +273,7 @@ class DeviceStream:
         else:
             return
         raise AudioDeviceError(f"the {self.what} {self.name!r} stopped ({why}); reconnect it and start again, or "
-                               f"pick another with --{self.kind}-device ({LIST_HINT})")
+                               f"pick another with --{self.kind}-device ({list_hint()})")
 
     def close(self) -> None:
         # abort, not stop: stop() waits for the device to play out or deliver its buffer, which a vanished or
@@ -389,7 +398,7 @@ class EchoCanceller:
     removes it from what the microphone heard (``clean``). Both at 16 kHz; it works on 10 ms frames, so ``clean``
     holds back up to 10 ms."""
 
-    RATE = 16000
+    RATE = INPUT_SAMPLE_RATE  # it cleans what the model is to hear
     FRAME = RATE // 100
 
     def __init__(self, delay_ms: int):

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from .config import GenerationConfig
 from .errors import Cancelled, ToolError, VoiceChatError
+from .limits import check_prompt_positions, checked_prompt, checked_seed
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
 
@@ -247,6 +248,7 @@ class Live(Job):
         self._consumed = 0.0  # seconds of it fed to the session
         self._result: Optional[Result] = None
         self._unread: collections.deque = collections.deque()  # messages taken from the inbox, not handled yet
+        self._ready_sent = False
 
     def send(self, samples: np.ndarray, sample_rate: int) -> None:
         samples = np.array(samples, copy=True)
@@ -289,19 +291,28 @@ class Live(Job):
                 return self._unread
 
     def _open(self, group) -> None:
-        """Its conversation joins the engine's group (the prompt's positions run in the next ticks)."""
+        """Its conversation joins the engine's group; the prompt's positions run in the next ticks, and READY comes
+        once they have (:meth:`_announce_ready`), as a lone session's setup ends with them."""
         request: LiveRequest = self.request
+        self._opened = time.perf_counter()
         self.session = group.session(request.system_prompt, request.seed, request.speaker, request.config,
                                      tools=request.tools or ())
-        self._emit(LiveEvent(READY, setup_seconds=self.session.setup_seconds, prompt_frames=self.session.prompt_frames))
+        self._announce_ready()
 
-    def _read(self) -> None:
+    def _announce_ready(self) -> None:
+        if not self._ready_sent and not self.session.prompt_inputs:
+            self._ready_sent = True
+            self._emit(LiveEvent(READY, setup_seconds=time.perf_counter() - self._opened,
+                                 prompt_frames=self.session.prompt_frames))
+
+    def _read(self, flushing: bool = True) -> None:
         """Hand what arrived to the session: audio is heard and waits for the ticks; a flush runs the rest of the
-        input at once (the other conversations advancing in its ticks)."""
+        input at once (the other conversations advancing in its ticks). ``flushing`` False (inside a recording's
+        tick): a flush waits for the next round."""
         session = self.session
         messages = self._messages()
         while messages and not (self.cancel_requested or session.ended):
-            if messages[0][0] == "flush" and session._ready():
+            if messages[0][0] == "flush" and (session._ready() or not flushing):
                 return  # the positions heard so far run in the ticks first, as they would have without the flush
             message = messages.popleft()
             if message[0] == "audio":
@@ -357,6 +368,7 @@ class Engine:
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
         self._lives: list[Live] = []  # the live conversations the engine thread steps now
         self._wake = threading.Event()  # a live conversation has a message
+        self._failed: dict = {}  # live conversation -> its error, met during a recording's tick
         self.model: Any = None  # touched by the engine thread only
         self.thread = threading.Thread(target=self._main, name="voicechat-engine", daemon=True)
         self._load_model = load_model
@@ -404,6 +416,9 @@ class Engine:
         return frames * status.expected_realtime_factor * status.facts.frame_seconds
 
     def _enqueue(self, kind: type, request: Any, owner: Optional[str]) -> Job:
+        model = self.model
+        if model is not None:  # refused before it waits (docs/limits.md); once loading, the session checks it
+            check_settings(model, request)
         with self._lock:
             if self._closing:
                 raise EngineFull("the engine is shutting down")
@@ -545,6 +560,7 @@ class Engine:
         def progress(done: int, total: int, update: FrameUpdate) -> None:
             nonlocal frames_done
             frames_done = done
+            self._serve_lives()
             if job.cancel_requested:
                 raise Cancelled(f"Cancelled after {done} of {total} frames.")
             seconds = time.perf_counter() - t0
@@ -556,7 +572,7 @@ class Engine:
             kwargs["tools"] = request.tools
         try:
             result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
-                                         seed=request.seed, progress=progress, **kwargs)
+                                         seed=request.seed, progress=progress, group=self._group(), **kwargs)
             answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
             with self._lock:
                 self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)
@@ -576,10 +592,17 @@ class Engine:
         messages to its session, takes in the live conversations that were queued meanwhile, and runs one tick
         (waiting for a message when no conversation has a position ready). Recordings wait until the last has
         ended."""
-        if self.group is None:
-            self.group = self.model.sessions(self.max_sessions)
         self._admit(first)
         while self._lives:
+            recording = self._next_recording()
+            if recording is not None:  # it steps with the live conversations (Engine._run)
+                self._run(recording)
+                with self._lock:
+                    self._running = first
+                for live, message in self._failed.items():
+                    self._fail(live, message)
+                self._failed.clear()
+                continue
             with self._lock:
                 arrivals = [j for j in self._waiting if isinstance(j, Live)]
                 for job in arrivals:
@@ -598,6 +621,7 @@ class Engine:
                     self._fail(live, f"Engine error: {type(e).__name__}: {e}")
                 continue
             for live in list(self._lives):
+                live._announce_ready()
                 live._deliver(ticked.get(live.session, []))
                 if live._over:
                     self._guarded(live, live._end)
@@ -606,12 +630,44 @@ class Engine:
                 self._wake.wait(0.05)
                 self._wake.clear()
 
+    def _group(self):
+        """The model's group: the live conversations and one recording at a time."""
+        if self.group is None:
+            self.group = self.model.sessions(self.max_sessions + 1)
+        return self.group
+
+    def _next_recording(self) -> Optional[Job]:
+        """The first recording waiting, taken from the queue (it runs now, beside the live conversations)."""
+        with self._lock:
+            job = next((j for j in self._waiting if not isinstance(j, Live)), None)
+            if job is not None:
+                self._waiting.remove(job)
+                self._running = job
+                self._announce_positions()
+        return job
+
+    def _serve_lives(self) -> None:
+        """Between a recording's frames: the live conversations' new audio is heard (it runs in the recording's
+        next ticks) and their finished frames go out."""
+        for live in self._lives:
+            if live in self._failed:
+                continue
+            live._announce_ready()
+            try:
+                live._read(flushing=False)
+            except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
+                if not isinstance(e, VoiceChatError):
+                    traceback.print_exc(file=sys.stderr)
+                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                continue
+            live._deliver(live.session._take())
+
     def _admit(self, live: Live) -> None:
         if live.cancel_requested:
             live._emit(LiveEvent(CLOSED))
             return
         try:
-            live._open(self.group)
+            live._open(self._group())
         except VoiceChatError as e:
             live._emit(LiveEvent(ERROR, message=str(e)))
             live._emit(LiveEvent(CLOSED))
@@ -673,6 +729,14 @@ def expected_frames(model, request: Request) -> Optional[int]:
     extra = (gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds
     samples = round(len(request.audio) * rate / request.sample_rate) + round(extra * rate)
     return prompt_frames(model, request) + model.encoder_frames(samples)
+
+
+def check_settings(model, request: Union[Request, LiveRequest]) -> None:
+    """A request's seed and system prompt against voicechat.limits, with the tokenizer only (no MLX on the caller's
+    thread); its GenerationConfig checked itself when it was made."""
+    checked_seed(request.seed)
+    checked_prompt(request.system_prompt)
+    check_prompt_positions(prompt_frames(model, request))
 
 
 def prompt_frames(model, request: Request) -> int:

@@ -3,6 +3,15 @@
 Each message is one line that says what is wrong and what to do; a traceback means a bug.
 """
 
+import sys
+from pathlib import Path
+
+
+def command_name() -> str:
+    """How the user started the command line, for the commands that messages suggest: ``voicechat`` (the installed
+    command) or ``python -m voicechat``."""
+    return "voicechat" if Path(sys.argv[0]).name == "voicechat" else "python -m voicechat"
+
 
 class VoiceChatError(Exception):
     """Base class of every user-facing voicechat error."""

@@ -33,9 +33,10 @@ import numpy as np
 from . import compute
 import mlx.core as mx
 
-from .errors import ConfigError, SessionsFull
-from .model import prompt_frames
 from .cache import capacity_for
+from .errors import ConfigError, SessionsFull
+from .limits import TIMELINE_LIMIT
+from .model import prompt_frames
 from .stt import lm
 from .stt.perception import PerceptionRows, SteadyFrame
 from .tts.eartts import TTSState
@@ -73,6 +74,7 @@ class Tick:
     heard: tuple = ()  # the transcripts' first joint calls: (row indices, enc(f) [n, J], ids [n]) or none
     state: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)  # per stage, when a row profiles
+    started: float = 0.0  # perf_counter when its building began
 
     @property
     def arrays(self) -> list[mx.array]:
@@ -136,8 +138,6 @@ def free_memory() -> int:
 def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
     """How many conversations a server takes by default: as many as fit (their state at the timeline limit in
     MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
-    from .session import TIMELINE_LIMIT
-
     budget = MEMORY_SHARE * free_memory()
     itemsize = compute.speech_dtype().size
     n = 1
@@ -163,6 +163,7 @@ class SessionGroup:
         self.max_sessions = int(max_sessions)
         self.members: list = []  # the conversation of each row, None where a row is free
         self.running: deque = deque()  # ticks queued on the device, oldest first
+        self.finished_at = 0.0  # perf_counter when the last tick was read
         c = self.cfg
         self.special_ids = mx.array(sorted({c.pad_id, c.bos_id, c.eos_id}), mx.int32)
         self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
@@ -231,8 +232,6 @@ class SessionGroup:
         """Refuse a conversation whose group would not fit at the timeline limit: every row may grow to it, so the
         group's state then (:func:`state_bytes`) must fit in what it holds now and what the device has free (half of
         it: the rest is the activations' and the other programs')."""
-        from .session import TIMELINE_LIMIT
-
         itemsize = compute.speech_dtype().size
         need = state_bytes(self.cfg, rows, TIMELINE_LIMIT, itemsize)
         have = state_bytes(self.cfg, self.rows, self.positions(), itemsize) + MEMORY_SHARE * free_memory()
@@ -281,8 +280,7 @@ class SessionGroup:
         target's finished frames. While a tick runs on the device the next one is built (LOOKAHEAD); with tools,
         each position is read back before the next is planned (docs/tools.md §5)."""
         lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
-        target.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
-        while target._ready():
+        while target._ready() and target.failure is None:
             tick = self._tick()
             if tick is None:
                 break
@@ -290,6 +288,10 @@ class SessionGroup:
             if len(self.running) > lookahead:
                 self._finish(self.running.popleft())
         self.finish_running()
+        if target.failure is not None:  # its on_frame raised (generate's progress callback: a cancel)
+            failure, target.failure = target.failure, None
+            target.on_frame = None
+            raise failure
         return target._take()
 
     def finish_running(self) -> None:
@@ -309,6 +311,7 @@ class SessionGroup:
 
     def _build(self) -> Optional[Tick]:
         """The ready rows' positions, lazily: one call per network for all rows."""
+        started = time.perf_counter()
         rows = [(r, m._next_row()) for r, m in enumerate(self.members) if m is not None and m._ready()]
         rows = [(r, row) for r, row in rows if row is not None]
         if not rows:
@@ -327,7 +330,7 @@ class SessionGroup:
         state = [*self.lm.arrays, *[a for c in self.tts_state.caches for a in c.arrays()], *self.codec.arrays,
                  self.prev_ids, self.prev_code, self.seen, self.text_keys, self.tts_keys,
                  *self.hearing.arrays]
-        return Tick(rows, ids, codes, samples, heard, state, clock.seconds)
+        return Tick(rows, ids, codes, samples, heard, state, clock.seconds, started)
 
     def _perceive(self, rows: list, clock: "TickClock") -> None:
         """The steady frames of the rows that hear one, in one call for all rows (their mel columns, subsampling and
@@ -473,10 +476,13 @@ class SessionGroup:
             hearing, projected, first = tick.heard
             for n, (i, token) in enumerate(zip(hearing, np.asarray(first).tolist())):
                 tick.rows[i][1].first = (projected[n:n + 1], token)
+        now = time.perf_counter()
+        took = now - max(tick.started, self.finished_at)  # its wall time, not the one before it (look-ahead)
+        self.finished_at = now
         for r, row in tick.rows:
             row.session._finish_row(row, ids[r], codes[r] if codes is not None and row.t >= 1 else None,
                                     samples[r] if samples is not None and row.t >= row.session.decoder_from else None,
-                                    tick.seconds)
+                                    {"total": took, **tick.seconds})
 
 
 class TickClock:

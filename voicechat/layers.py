@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
+from . import compute
 import mlx.core as mx
 import mlx.nn as nn
 

@@ -31,7 +31,6 @@ import math
 import re
 from pathlib import Path
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 # mlx-audio's own values for keys its converted config leaves out (its ModelConfig.from_dict; ConformerArgs,

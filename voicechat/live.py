@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +29,11 @@ from typing import Callable, Optional, TextIO
 
 import numpy as np
 
-from .devices import (FRAME_SECONDS, EchoCanceller, FileMicrophone, FileSpeaker, Microphone, Speaker,
+from .config import FRAME_SECONDS, INPUT_SAMPLE_RATE, MAX_LAG_SECONDS, OUTPUT_SAMPLE_RATE
+from .devices import (EchoCanceller, FileMicrophone, FileSpeaker, Microphone, Speaker,
                       import_sounddevice, pick_device)
 from .errors import FellBehind, VoiceChatError
 
-INPUT_RATE = 16000  # the model's input rate
-OUTPUT_RATE = 22050  # Frame.audio's rate
-DEFAULT_MAX_LAG = 2.0  # seconds of input the session may hold before the call stops
 TICK = 0.01  # the main loop wakes at least this often (seconds)
 STATUS_EVERY = 0.2  # redraw the status line this often on a terminal (seconds); 1 s when not a terminal
 HEADPHONES = ("Wear headphones: without --echo-cancel, the model hears itself through speakers (and answers "
@@ -77,6 +76,13 @@ def status_line(stats: LiveStats, lag: float, buffered: float, underruns: int) -
             f" | buffered {1000 * buffered:.0f} ms | late frames {s['late_frames']} | underruns {underruns}")
 
 
+def terminal_text(text: str) -> str:
+    """``text`` with its control characters other than newline and tab escaped (``\\x1b``): a model's text can hold
+    any character, and raw ones would move the cursor or recolour the terminal."""
+    return "".join(c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" and c not in "\n\t" else c
+                   for c in text)
+
+
 class TerminalView:
     """The conversation as it happens: a labelled line per speaker turn ("you", "assistant", "function"), one line
     per tool event, and a status line under them. On a terminal the open line and the status line are redrawn in
@@ -99,7 +105,7 @@ class TerminalView:
             self.end_line()
             self.speaker = speaker
             text = text.lstrip()
-        self.open += text
+        self.open += terminal_text(text)
 
     def end_line(self) -> None:
         if self.speaker is not None and self.open.strip():
@@ -109,7 +115,7 @@ class TerminalView:
     def note(self, line: str) -> None:
         """A line of its own (tool calls, messages), after the open line."""
         self.end_line()
-        self.done.append(line)
+        self.done.append(terminal_text(line))
 
     def show(self, status: str, now: float, force: bool = False) -> None:
         self.status = status
@@ -208,7 +214,7 @@ class LiveOptions:
     fast: bool = False  # input_file as fast as the session takes it (needs output_file)
     tail: float = 4.0  # seconds of silence after input_file
     seconds: Optional[float] = None  # stop after this many seconds of input
-    max_lag: float = DEFAULT_MAX_LAG  # 0: never stop for lag
+    max_lag: float = MAX_LAG_SECONDS  # 0: never stop for lag
     echo_cancel: bool = False  # WebRTC's echo canceller between the speaker and the microphone (pip install livekit)
     offline: bool = False
     tokenizer: Optional[str] = None
@@ -225,7 +231,7 @@ def open_ends(o: LiveOptions):
         source = FileMicrophone(samples, rate, o.tail, o.fast)
     else:
         source = Microphone(sd, *pick_device(sd, o.input_device, "input"))
-    sink = FileSpeaker(OUTPUT_RATE, o.fast) if o.output_file is not None else \
+    sink = FileSpeaker(OUTPUT_SAMPLE_RATE, o.fast) if o.output_file is not None else \
         Speaker(sd, *pick_device(sd, o.output_device, "output"), keep_played=o.echo_cancel)
     # the delay from playing a sample to hearing it back: both devices' buffers and one main-loop tick
     echo = EchoCanceller(round(1000 * (source.stream.latency + sink.stream.latency + TICK))) if o.echo_cancel \
@@ -302,9 +308,9 @@ class LiveCall:
 
     def __init__(self, live, source, sink, view: TerminalView, o: LiveOptions, echo: Optional[EchoCanceller] = None):
         self.live, self.source, self.sink, self.view, self.o, self.echo = live, source, sink, view, o, echo
-        self.to_model = Resampler(source.rate, INPUT_RATE)
-        self.to_speaker = Resampler(OUTPUT_RATE, sink.rate)
-        self.played_to_model = Resampler(sink.rate, INPUT_RATE)
+        self.to_model = Resampler(source.rate, INPUT_SAMPLE_RATE)
+        self.to_speaker = Resampler(OUTPUT_SAMPLE_RATE, sink.rate)
+        self.played_to_model = Resampler(sink.rate, INPUT_SAMPLE_RATE)
         self.stats = LiveStats()
         self.started = self.wall_seconds = 0.0  # when the devices started; how long the call ran
         self.guard = LagGuard(0.0 if o.fast else o.max_lag)
@@ -390,9 +396,9 @@ class LiveCall:
     def send(self, x: np.ndarray) -> None:
         if x.size == 0:
             return
-        self.live.send(x, INPUT_RATE)
+        self.live.send(x, INPUT_SAMPLE_RATE)
         self.heard.append(x)
-        self.sent_seconds += x.size / INPUT_RATE
+        self.sent_seconds += x.size / INPUT_SAMPLE_RATE
 
     def check(self) -> None:
         """Whatever ends the input: a stop, an error, the end of the file, the time limit."""
@@ -498,7 +504,7 @@ def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveO
 
     directory.mkdir(parents=True, exist_ok=True)
     wav, js = directory / "conversation.wav", directory / "conversation.json"
-    sf.write(str(wav), to_int16(stereo_timeline(call.user_audio(), INPUT_RATE, result)), result.sample_rate,
+    sf.write(str(wav), to_int16(stereo_timeline(call.user_audio(), INPUT_SAMPLE_RATE, result)), result.sample_rate,
              subtype="PCM_16")
     summary = call.summary()
     record = conversation_json(

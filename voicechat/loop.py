@@ -24,6 +24,7 @@ from .audio import prepare_input, read_audio, resample
 from .cache import capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
+from .limits import check_timeline, checked_prompt
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .group import SessionGroup
@@ -36,11 +37,8 @@ from .tts.eartts import prompt_samples, warmup_waveform
 
 QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
-# System prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per prompt length: a 4-bit
-# product of 8 or more rows runs a kernel compiled for its row tile of 16, 32 or 64 (MLX 0.32.1's qmm_sm80.cu,
-# make_cta_tiler), fewer rows a prebuilt one. On a fresh H200 a first session with an 8-position prompt set up in 56 s,
-# then one with 34 positions in 65 s, none after; with the 64-position prefill here the 34-position session set up in
-# 0.5 s, and that prefill took 0.3 s with its kernel cached (docs/bench/h200-2026-12-01-run8-cold-start/).
+# prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product, so
+# that compilation happens at load and not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32, 64)
 WARM_FRAMES = 4  # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 
@@ -122,17 +120,21 @@ class Model:
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
-                 progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
+                 progress: Optional[Progress] = None, tools: Sequence[Tool] = (),
+                 group: Optional[SessionGroup] = None) -> Result:
         """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
         file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
         ``progress(done_frames, total_frames, update)`` is called after every timeline frame; raising from it stops
         the run. ``tools``: up to 5 :class:`voicechat.tools.Tool` objects the model may call; their calls and results
-        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout)."""
-        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools)
+        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout). ``group``: run it as a
+        conversation of that :class:`~voicechat.group.SessionGroup`, whose other conversations advance in the same
+        ticks (docs/batching.md)."""
+        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
+                  group: Optional[SessionGroup] = None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
         ``profile``, ``script``)."""
         gen = config or GenerationConfig()
@@ -141,11 +143,22 @@ class Model:
                           gen.max_input_seconds)
         fixed = gen.reference or gen.extra_seconds is not None
         extra = round(((gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds) * cfg.input_sample_rate)
-        tracker = ProgressTracker(progress, self.prompt_length(tool_prompt(system_prompt, tools))
-                                  + self.encoder_frames(len(x) + extra))
+        prompt = tool_prompt(checked_prompt(system_prompt), tools)
+        positions = self.prompt_length(prompt) + self.encoder_frames(len(x) + extra)
+        check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds")  # refused before it starts
+        tracker = ProgressTracker(progress, positions)
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
-                          on_frame=tracker.frame, script=script)
+                          on_frame=tracker.frame, script=script, group=group)
+        try:
+            return self._answer(session, x, extra, fixed)
+        finally:
+            session.close()  # a group's row is free again, also when the progress callback stopped the run
+
+    def _answer(self, session: Session, x: np.ndarray, extra: int, fixed: bool) -> Result:
+        """The recording ``x`` and ``extra`` samples of silence after it through ``session`` (``fixed``: all of
+        them; else until the answer has ended) -> the result."""
+        cfg = self.config
 
         def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
             session.feed(samples, cfg.input_sample_rate)

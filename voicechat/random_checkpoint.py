@@ -30,7 +30,6 @@ from typing import Iterator
 
 import numpy as np
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 

@@ -32,6 +32,7 @@ import dataclasses
 import hmac
 import json
 import logging
+import re
 import secrets
 import threading
 import traceback
@@ -45,8 +46,10 @@ from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from .audio import to_int16
+from .config import FRAME_SECONDS, OUTPUT_SAMPLE_RATE
 from .engine import READY, EngineBusy, LiveRequest
 from .errors import ToolError, VoiceChatError
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, checked_prompt
 from .tools import Tool
 from .tools.declare import checked_tools
 
@@ -62,6 +65,11 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default
 CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
+# A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
+# closed once this much of its answer's audio waits unsent (docs/limits.md).
+MAX_BEHIND_SECONDS = 10.0
+CLOSE_NORMAL = 1000
+SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
 PCM = {"type": "audio/pcm", "rate": RATE}
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
 DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
@@ -100,8 +108,14 @@ def error_event(error: ClientEventError, event_id: Optional[str] = None) -> dict
 
 
 def event_text(event: dict) -> str:
-    """A server event as sent: ``type`` first, then a fresh ``event_id``."""
-    return json.dumps({"type": event["type"], "event_id": new_id("event"), **event}, ensure_ascii=False)
+    """A server event as sent: ``type`` first, then a fresh ``event_id``. Text UTF-8 cannot encode (a lone surrogate
+    that came by another way than a client event) goes out escaped, so the writer never fails on it."""
+    text = json.dumps({"type": event["type"], "event_id": new_id("event"), **event}, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(json.loads(text), ensure_ascii=True)
+    return text
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,9 +129,34 @@ def parse_client_event(text: str) -> dict:
         raise ClientEventError("invalid_json", f"the message is not JSON ({e}); send one JSON event per message")
     if not isinstance(event, dict):
         raise ClientEventError("invalid_json", "the message is JSON but not an object; send {\"type\": ...} events")
+    if LONE_SURROGATE_ESCAPE.search(text):
+        check_unicode(event, "")
     if not isinstance(event.get("type"), str):
         raise ClientEventError("missing_required_parameter", "the event has no string 'type'", "type")
     return event
+
+
+# JSON's escape of a UTF-16 surrogate (a WebSocket text frame is UTF-8, so a surrogate can only come escaped): where
+# the text has one, the event's strings are checked for a lone one, which no reply could encode
+LONE_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def check_unicode(value: Any, param: str) -> None:
+    """Every string of ``value`` (keys too) is UTF-8 encodable: a lone UTF-16 surrogate gets an error naming it."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_unicode(key, param or "event")
+            check_unicode(item, f"{param}.{key}" if param else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_unicode(item, f"{param}[{i}]")
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ClientEventError("invalid_value", f"{param or 'the event'} holds a lone UTF-16 surrogate "
+                                                    "(\\ud800-\\udfff without its pair), which is not text",
+                                   param or None)
 
 
 def event_kind(event: dict) -> str:
@@ -178,7 +217,8 @@ class SessionConfig:
                                                     "not served)", "session.type")
         changes: dict = {}
         if "instructions" in session:
-            changes["instructions"] = expect(session["instructions"], str, "session.instructions")
+            changes["instructions"] = setting(checked_prompt, expect(session["instructions"], str,
+                                                                     "session.instructions"))
         if session.get("output_modalities") not in (None, ["audio"]):
             raise ClientEventError("invalid_value", "output_modalities must be [\"audio\"]: the model always speaks "
                                                     "(its words come as the audio transcript)",
@@ -212,6 +252,16 @@ class SessionConfig:
 
 
 KIND_NAMES = {str: "a string", dict: "an object", list: "a list"}
+# voicechat.limits' setting names -> the GA session's fields
+SESSION_PARAMS = {"system_prompt": "session.instructions"}
+
+
+def setting(check, value: Any) -> Any:
+    """``check(value)`` of voicechat.limits, its SettingError as a GA error naming the session's field."""
+    try:
+        return check(value)
+    except SettingError as e:
+        raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
 
 
 def expect(value: Any, kind: type, param: str) -> Any:
@@ -262,8 +312,6 @@ def new_id(prefix: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # the model's frames -> GA server events
 # ---------------------------------------------------------------------------------------------------------------
-MODEL_RATE = 22050  # Frame.audio (docs/streaming.md §6): 1764 samples per 80 ms frame
-FRAME_SECONDS = 0.08
 
 
 class AudioOut:
@@ -272,7 +320,7 @@ class AudioOut:
     docs/platform.md §5)."""
 
     def __init__(self):
-        self.stream = soxr.ResampleStream(MODEL_RATE, RATE, 1, dtype="float32")
+        self.stream = soxr.ResampleStream(OUTPUT_SAMPLE_RATE, RATE, 1, dtype="float32")
 
     def encode(self, samples: np.ndarray) -> str:
         return encode_audio(self.stream.resample_chunk(np.asarray(samples, dtype=np.float32)))
@@ -521,29 +569,59 @@ class Connection:
         self.heard = False  # audio has reached the live session: its instructions, tools and voice are fixed
         self.appended = False  # audio since the last commit
         self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
-        self.outbox: asyncio.Queue = asyncio.Queue()  # JSON texts, or (code, reason) to close
+        self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
+        self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
+        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here
+        self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
 
     async def run(self) -> None:
         self.emit({"type": "session.created", "session": self.session()})
-        tasks = [asyncio.create_task(self.read()), asyncio.create_task(self.write())]
+        tasks = [asyncio.create_task(self.read()), asyncio.create_task(self.write()),
+                 asyncio.create_task(self.dropped.wait())]
+        watcher = asyncio.create_task(self.watch_idle(self.server.idle_seconds))
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in tasks:
+            for task in [*tasks, watcher]:
                 task.cancel()
+            self.server.leaving.add(self.name)  # a next client waits for this close instead of getting server_busy
             await self.close_live()
+            self.server.release(self.name)
             log.info("%s: closed", self.name)
+            if self.dropped.is_set():  # the close frame waits behind the unread data: the WebSocket library gives
+                # up on it after its close timeout and drops the connection (docs/limits.md §2); the model is free
+                await asyncio.gather(self.ws.close(CLOSE_POLICY_VIOLATION, "not reading"), return_exceptions=True)
+
+    async def watch_idle(self, seconds: float) -> None:
+        """Close the connection (through the writer) once no audio has come for ``seconds``: it would hold the
+        model for nothing. 0: never."""
+        loop = asyncio.get_running_loop()
+        while seconds and (left := self.idle_since + seconds - loop.time()) > 0:
+            await asyncio.sleep(left)
+        if seconds:
+            self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
+                                                         "that the model is free for others", kind="server_error"), None)
+            self.close(CLOSE_NORMAL, "idle timeout")
 
     def session(self) -> dict:
         return self.config.ga(self.session_id, self.server.model_name)
 
     # ---- sending -----------------------------------------------------------------------------------------------
-    def emit(self, event: dict) -> None:
-        self.outbox.put_nowait(event_text(event))
+    def emit(self, event: dict, seconds: float = 0.0) -> None:
+        """Queue an event carrying ``seconds`` of the answer's audio; a client that lets more than MAX_BEHIND_SECONDS
+        of it wait is dropped."""
+        self.outbox.put_nowait((event_text(event), seconds))
+        self.unsent += seconds
+        if self.unsent > MAX_BEHIND_SECONDS and not self.dropped.is_set():
+            log.warning("%s: closed: the client does not read what the server sends (%.1f s of its answer unsent, "
+                        "the limit is %.0f s)", self.name, self.unsent, MAX_BEHIND_SECONDS)
+            self.dropped.set()
 
-    def emit_all(self, events: Iterable[dict]) -> None:
-        for event in events:
-            self.emit(event)
+    def emit_all(self, events: Iterable[dict], seconds: float = 0.0) -> None:
+        """Queue events that together carry ``seconds`` of answer audio (counted with the last one)."""
+        events = list(events)
+        for i, event in enumerate(events):
+            self.emit(event, seconds if i == len(events) - 1 else 0.0)
 
     def reject(self, error: ClientEventError, event_id: Optional[str]) -> None:
         log.warning("%s: %s: %s", self.name, error.code, error.message)
@@ -557,10 +635,11 @@ class Connection:
         try:
             while True:
                 item = await self.outbox.get()
-                if isinstance(item, tuple):
+                if isinstance(item[0], int):
                     await self.ws.close(*item)
                     return
-                await self.ws.send_text(item)
+                await self.ws.send_text(item[0])
+                self.unsent -= item[1]
         except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
             log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
 
@@ -616,6 +695,7 @@ class Connection:
                                                            "session.update with other settings", "session")
         if await self.ensure_live(required=True):
             self.live.send(samples, RATE)  # the session resamples 24 -> 16 kHz with soxr's stream resampler
+            self.idle_since = asyncio.get_running_loop().time()
             self.heard = self.appended = True
             self.server.notify("heard", self.session_id, samples)
 
@@ -671,6 +751,8 @@ class Connection:
             self.reject(ClientEventError("server_busy", str(e), kind="server_error"), None)
             self.close(CLOSE_TRY_AGAIN_LATER, "server busy")
             return False
+        except SettingError as e:
+            raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
         except VoiceChatError as e:
             raise ClientEventError("invalid_value", str(e), "session")
         self.live, self.heard = live, False
@@ -687,6 +769,8 @@ class Connection:
         started = False
         while True:
             event = await events.get()
+            if event.kind in ("queued", "ready"):  # waiting for the model is not idleness: the clock starts again
+                self.idle_since = asyncio.get_running_loop().time()
             if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
                 self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
@@ -694,7 +778,8 @@ class Connection:
                 self.emit({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
                            "prompt_frames": event.prompt_frames})
             elif event.kind == "frames":
-                self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds))
+                self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
+                              len(event.frames) * FRAME_SECONDS)
             elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
                 if self.live is live:
                     self.live, self.follower, self.setup_error = None, None, event.message
@@ -744,11 +829,23 @@ class RealtimeServer:
     ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
     tab (voicechat/webui/talk.py) saves conversations with it."""
 
-    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None):
+    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None,
+                 idle_seconds: float = DEFAULT_IDLE_SECONDS):
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
+        self.idle_seconds = idle_seconds  # 0: no idle timeout
         self.active: list[str] = []  # the connections that hold a conversation
+        self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
+        self.freed = asyncio.Event()  # set once a connection has let go of its conversation
         self.count = 0
         self.observer = observer
+
+    def release(self, name: str) -> None:
+        """The connection ``name`` has let go of its conversation: the next one may have its slot."""
+        if name in self.active:
+            self.active.remove(name)
+            self.leaving.discard(name)
+            self.freed.set()
+            self.freed = asyncio.Event()
 
     def notify(self, what: str, *args) -> None:
         """Tell the observer (if any) that a live session was ``opened``, ``heard`` audio or ``closed``."""
@@ -771,7 +868,8 @@ class RealtimeServer:
         return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
 
     def authorized(self, websocket) -> bool:
-        """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers)."""
+        """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
+        ``websocket`` may be any Starlette request (app.py's /live/tool asks the same)."""
         if not self.api_key:
             return True
         header = websocket.headers.get("authorization", "")
@@ -789,6 +887,8 @@ class RealtimeServer:
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
         if len(self.active) >= self.engine.max_sessions:
             log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
                         "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
@@ -803,12 +903,14 @@ class RealtimeServer:
             query = websocket.query_params.get("voicechat_frames", "")
             await Connection(self, websocket, name, frames_event=query.lower() in ("1", "true", "yes")).run()
         finally:
-            self.active.remove(name)
+            self.release(name)
 
 
-def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat") -> FastAPI:
+def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
+               idle_seconds: float = DEFAULT_IDLE_SECONDS) -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
-    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name).router())
+    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds)
+                       .router())
     return app
 
 
@@ -817,7 +919,7 @@ class ServeError(VoiceChatError):
 
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
-          max_sessions: Optional[int] = None) -> None:
+          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
     conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
     import socket
@@ -842,6 +944,9 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
             raise ServeError(engine.status().message)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit it: what the kernel holds for a client that does not read stays small, so
+        # MAX_BEHIND_SECONDS is reached soon after (docs/limits.md §2)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         try:
             sock.bind((host, port))
             sock.listen(128)  # from here on connections wait in the backlog until uvicorn takes them
@@ -851,7 +956,8 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
             log.warning("listening on %s without --api-key: anyone who can reach it can use the model", host)
         print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
               f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
-        config = uvicorn.Config(create_app(engine, api_key=api_key, model_name=name), log_level="info",
+        config = uvicorn.Config(create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds),
+                                log_level="info",
                                 ws_max_size=MAX_MESSAGE_BYTES)
         uvicorn.Server(config).run(sockets=[sock])
     finally:

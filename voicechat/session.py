@@ -23,13 +23,14 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from . import compute  # noqa: F401  (BLAS preload before mlx)
+from . import compute
 import mlx.core as mx
 
 from .audio import to_float32
 from .config import GenerationConfig
 from .errors import AudioInputError, ConfigError, TimelineFull
 from .group import Row, SessionGroup
+from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
 from .result import Result
 from .stt import lm
 from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
@@ -40,7 +41,6 @@ from .tts.eartts import TTSSettings, warmup_inputs
 from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
-TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
 
 
@@ -73,7 +73,8 @@ class Frame:
     function_text: str  # new characters of the function channel
     transcript: str  # new characters of the user's transcript
     turn: Optional[str]  # "start" when text_id is BOS (the assistant takes the turn), "end" when EOS, else None
-    seconds: dict  # wall seconds: "total" (since the previous frame or the call), and per stage when profiled
+    seconds: dict  # wall seconds: "total" (the tick that computed it, from its build or the previous tick's end), and
+    #                per stage when profiled
     events: tuple = ()  # tool-call events raised at this position
 
 
@@ -179,7 +180,8 @@ class Session:
         self.script = script
         self.model, self.cfg = model, model.config
         self.gen = config or GenerationConfig()
-        self.seed, self.system_prompt, self.tools = seed, system_prompt, tuple(tools)
+        self.seed, self.system_prompt, self.tools = checked_seed(seed), checked_prompt(system_prompt), tuple(tools)
+        self.prompt_ids = self._prompt_ids()  # checked before any model work (docs/limits.md)
         self.clock = Clock(profile)
         self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
         self.alone = group is None
@@ -190,6 +192,14 @@ class Session:
         self.setup_seconds = time.perf_counter() - t0
 
     # -- construction: all per-session state, in one place ----------------------------------------------------
+    def _prompt_ids(self) -> list[int]:
+        """[bos] + the tokens of the prompt the model reads (with the tools' declarations) + [eos]; none without one."""
+        c = self.cfg
+        prompt = tool_prompt(self.system_prompt, self.tools)
+        ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
+        check_prompt_positions(len(ids))
+        return ids
+
     def _build_state(self, noise) -> None:
         c, net, gen = self.cfg, self.model.net, self.gen
         self.stt, self.tts = net.stt_model, net.tts_model
@@ -197,8 +207,6 @@ class Session:
         self.specials = {c.pad_id, c.bos_id, c.eos_id}
         tts_key, self.text_key = mx.random.split(mx.random.key(self.seed))
         self.noise = noise or KeyNoise(tts_key)
-        prompt = tool_prompt(self.system_prompt, self.tools)
-        self.prompt_ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
         self.prompt_frames = len(self.prompt_ids)
         # what reference mode changes is data: where the codec starts, what frame 0 holds, what the result keeps
         self.decoder_from = 0 if gen.reference else max(0, self.prompt_frames - CODEC_CONTEXT_FRAMES)
@@ -222,13 +230,14 @@ class Session:
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.transcript_builder = Transcript(c.audio.rnnt.vocabulary) if c.audio.rnnt else None
         self.outbox: list[Frame] = []  # finished frames not yet given out
+        self.failure: Optional[Exception] = None  # what on_frame raised (the run stops at the end of the tick)
         self.decoded = 0  # positions the codec has decoded (its first one drops the codec's start crop)
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
         self.taken = 0  # samples fed, at their own rate
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
-        self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
+        self.frame_mark: dict = {}  # the clock's call counts at the last frame, for the per-frame seconds
         self.tool_channel = self._tool_channel()
         self.held = 0  # positions given to tool exchanges (the silence embedding in, the user's frames waiting)
 
@@ -456,7 +465,8 @@ class Session:
     def _finish_row(self, row: Row, ids: np.ndarray, codes: Optional[np.ndarray], samples: Optional[np.ndarray],
                     seconds: dict) -> None:
         """The host side of this conversation's evaluated position: its ids, codes, samples, the transcript's frame,
-        the new text of each channel; the frame goes to the outbox."""
+        the new text of each channel; the frame goes to the outbox. ``seconds``: the tick's wall time ("total", from
+        its build or the previous tick's end, whichever came later) and, profiled, its stages."""
         c = self.cfg
         text_id, func_id = int(ids[0]), int(ids[1])
         self.text.append(text_id)
@@ -472,18 +482,22 @@ class Session:
             self.pieces.append(audio)
         if self.clock.profile:
             for stage, took in seconds.items():
-                self.clock.calls.setdefault(stage, []).append(took)
-        now = time.perf_counter()
-        seconds = {"total": now - self.last_done, **self.clock.since(self.frame_mark)}
-        self.last_done, self.frame_mark = now, self.clock.mark()
+                if stage != "total":
+                    self.clock.calls.setdefault(stage, []).append(took)
+        seconds = {"total": seconds["total"], **self.clock.since(self.frame_mark)}
+        self.frame_mark = self.clock.mark()
         frame = Frame(position=row.t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
                       text=self.text_stream.add(text_id), function_text=self.func_stream.add(func_id),
                       transcript=self._new_transcript(),
                       turn="start" if text_id == c.bos_id else "end" if text_id == c.eos_id else None,
                       seconds=seconds, events=self._tool_events(row.t, text_id, func_id))
         self.outbox.append(frame)
-        if self.on_frame is not None:
-            self.on_frame(frame)
+        if self.on_frame is not None and self.failure is None:
+            try:
+                self.on_frame(frame)
+            except Exception as e:  # raised to the caller once the tick is done (SessionGroup.run): the others'
+                self.failure = e    # rows of the tick are finished first
+
 
     def _tool_events(self, t: int, text_id: int, func_id: int) -> tuple:
         """What the tool channel makes of the ids position t kept (none over the prompt)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 
 from ..config import ModelConfig
@@ -81,15 +81,27 @@ def read_heads(stt, state: LMState, hidden: mx.array) -> tuple[mx.array, Optiona
     return text, function
 
 
-def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array) -> tuple[mx.array, Optional[mx.array]]:
-    """The whole system prompt in one LLM call (docs/model.md §1.2 C-E): prompt embeddings on the audio channel (times the
-    user weight), pad on the text and function channels at every prompt position. Returns the last position's
-    (text_logits [B, V], function_logits [B, V] | None); prompt positions predict nothing, so the loop's next
-    previous-token ids are pad.
+PREFILL_CHUNK = 512  # prompt positions per LLM call: bounds a long prompt's memory (docs/limits.md §1)
+
+
+def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array,
+            chunk: int = PREFILL_CHUNK) -> tuple[mx.array, Optional[mx.array]]:
+    """The system prompt (docs/model.md §1.2 C-E): prompt embeddings on the audio channel (times the user weight), pad
+    on the text and function channels at every prompt position. Returns the last position's (text_logits [B, V],
+    function_logits [B, V] | None); prompt positions predict nothing, so the loop's next previous-token ids are pad.
+
+    The positions go in calls of at most ``chunk``, each evaluated before the next: the cache carries them across
+    calls as it carries a conversation's steps, so the result is the one-call prefill's (to float rounding), and a
+    prompt's memory is bounded by the chunk rather than growing with its square.
 
     prompt_ids [B, P]"""
-    pad = mx.full(prompt_ids.shape, state.pad_id, prompt_ids.dtype)
-    hidden = stt.llm(fuse(stt, cfg, stt.embed_tokens(prompt_ids), pad, pad), state.cache)
+    pad = mx.full(prompt_ids[:, :chunk].shape, state.pad_id, prompt_ids.dtype)
+    for start in range(0, prompt_ids.shape[1], chunk):
+        ids = prompt_ids[:, start:start + chunk]
+        hidden = stt.llm(fuse(stt, cfg, stt.embed_tokens(ids), pad[:, :ids.shape[1]], pad[:, :ids.shape[1]]),
+                         state.cache)
+        if start + chunk < prompt_ids.shape[1]:
+            mx.eval(state.arrays)
     return read_heads(stt, state, hidden[:, -1])
 
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 

@@ -21,7 +21,7 @@ Number = Union[int, float]
 def zone_of(name: str) -> dt.tzinfo:
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder or an over-long name
         raise ValueError(f"unknown time zone {name!r}: use an IANA name such as Europe/Paris") from None
 
 

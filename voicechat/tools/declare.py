@@ -204,11 +204,13 @@ def load_tools_module(path) -> list[Tool]:
     path = Path(path)
     if not path.is_file():
         raise ToolError(f"{path} is not a file: pass the path of a Python file that defines tools")
+    if path.suffix != ".py":
+        raise ToolError(f"{path} is not a Python file (.py): pass the path of a Python file that defines tools")
     spec = importlib.util.spec_from_file_location(f"voicechat_user_tools_{abs(hash(str(path.resolve())))}", path)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SyntaxError) as e:
         raise ToolError(f"{path} could not be imported: {type(e).__name__}: {e}") from None
     tools = [v for v in vars(module).values() if isinstance(v, Tool)]
     if not tools:

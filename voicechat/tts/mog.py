@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 

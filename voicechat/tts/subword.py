@@ -17,7 +17,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import mlx.nn as nn
 

@@ -20,8 +20,9 @@ import numpy as np
 from fastapi import APIRouter
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from voicechat.config import FRAME_SECONDS
+
 PATH = "/live/answer/{token}"
-FRAME_S = 0.08
 DECIDE_AFTER = 6  # frame intervals measured before deciding (from the first frame on: set-up is not counted)
 KEEP_S = 120.0  # an ended stream stays this long for a page that connects late, then goes
 WAIT_S = 1.0  # how long the sender waits for news before checking that the page is still there
@@ -47,7 +48,7 @@ class AnswerStream:
             self.times.append(float(done_at))
             if self.mode is None and len(self.times) > DECIDE_AFTER:
                 per_frame = (self.times[-1] - self.times[0]) / (len(self.times) - 1)
-                self.mode = "live" if per_frame <= FRAME_S else "whole"
+                self.mode = "live" if per_frame <= FRAME_SECONDS else "whole"
             self.news.notify_all()
 
     def end(self) -> None:
@@ -113,7 +114,6 @@ class AnswerStreams:
             return
 
 
-ANSWER_RATE = 22050  # Frame.audio's rate (docs/streaming.md §6)
 ANSWERS = AnswerStreams()  # the app's streams (voicechat.webui.talk serves their route)
 
 

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from fastapi import APIRouter, Body, HTTPException
+from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
 from voicechat import engine as eng
 from voicechat.audio import duration_words, to_float32, write_wav
-from voicechat.config import GenerationConfig
+from voicechat.config import FRAME_SECONDS, INPUT_SAMPLE_RATE, MAX_LAG_SECONDS, GenerationConfig
 from voicechat.live import stereo_timeline
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
 from voicechat.result import conversation_json
@@ -58,8 +58,6 @@ SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a s
 SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many, ...
 SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no moment of load elsewhere makes a machine 4x slower)
 SPEED_RETRY_PAUSE_S = 1.0  # ... a pause between rounds (the page that asked is often still loading)
-SILENCE_RATE, SILENCE_FRAME = 16000, 1280  # the speed check's input: 80 ms of silence at the model's rate
-LAG_LIMIT_S = 2.0  # a conversation further behind real time than this stops (voicechat/webui/static/lag.js)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
 
@@ -158,7 +156,7 @@ class SpeedCheck:
             return None
         frames = SPEED_WARMUP + SPEED_FRAMES
         for _ in range(frames + 1):  # one frame per message: the engine reports (and can stop) after each; one more
-            live.send(np.zeros(SILENCE_FRAME, np.float32), SILENCE_RATE)  # for the mel's look-ahead
+            live.send(np.zeros(round(FRAME_SECONDS * INPUT_SAMPLE_RATE), np.float32), INPUT_SAMPLE_RATE)  # for the mel's look-ahead
         seconds, error = [], ""
         for event in live:
             if event.kind == eng.FRAMES:
@@ -238,12 +236,14 @@ class TalkLive:
 
     model_outputs: tuple = ()  # the page polls /live/status itself: nothing for app.Page to push
 
-    def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = ""):
+    def __init__(self, engine: eng.Engine, outputs: Path, demo_mode: bool = False, system_prompt: str = "",
+                 api_key: Optional[str] = None):
+        """``api_key``: what /v1/realtime and /live/tool require (as ``serve --api-key``); the tab asks for it."""
         self.engine, self.outputs, self.demo_mode, self.system_prompt = engine, Path(outputs), demo_mode, system_prompt
         self.recorder = Recorder()
-        self.realtime = RealtimeServer(engine, model_name=engine.name, observer=self.recorder)
+        self.realtime = RealtimeServer(engine, api_key=api_key, model_name=engine.name, observer=self.recorder)
         self.speed = SpeedCheck(engine)
-        self.lag_limit_s = LAG_LIMIT_S
+        self.lag_limit_s = MAX_LAG_SECONDS  # the page's lag guard reads it (static/lag.js)
         self.tools = {tool.name: tool for tool in BUILTIN_TOOLS}
         self.writing = threading.Lock()  # one save at a time (a second one of the same conversation finds its files)
 
@@ -273,19 +273,23 @@ class TalkLive:
         if model.state == eng.READY and self.speed.speed.state == "unmeasured" and not self.realtime.active:
             self.speed.start()
         since = self.recorder.open_since()
-        busy = bool(self.realtime.active)
+        busy = len(self.realtime.active) >= self.engine.max_sessions  # every conversation slot is taken
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
+                "key_required": bool(self.realtime.api_key),
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()]}
 
     def measure(self) -> dict:
         self.speed.start()
         return self.status()
 
-    async def run_tool(self, name: str = Body(), arguments: str = Body()) -> dict:
+    async def run_tool(self, request: Request, name: str = Body(), arguments: str = Body()) -> dict:
         """One call of a built-in tool, as the model wrote it (``arguments``: its JSON text) -> ``{"output": the JSON
-        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects."""
+        text the page hands back (function_call_output)}``: the tool's result, or NVIDIA's error objects. With an
+        API key, only for ``Authorization: Bearer KEY``."""
+        if not self.realtime.authorized(request):
+            raise HTTPException(403, "this app needs its API key: send Authorization: Bearer KEY")
         return {"output": await asyncio.to_thread(self.tool_output, name, arguments)}
 
     def tool_output(self, name: str, arguments: str) -> str:
@@ -384,7 +388,8 @@ MOUNT_JS = f"import('{STATIC_URL}/live.js').then((m) => m.mountLive(element));"
 
 
 def panel_html(system_prompt: str) -> str:
-    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts."""
+    """The tab's elements; live.js gives them life. The ids are stable, for tests and users' scripts. The API key
+    field shows when the status says the app needs one (app.py --api-key)."""
     return f"""
 <div class="vc-live" data-state="idle">
   <div class="vc-status vc-wait" id="live-status" data-kind="wait"><div class="vc-title"><span class="vc-dot"></span>
@@ -401,6 +406,8 @@ def panel_html(system_prompt: str) -> str:
     descriptions before the conversation: it starts later.</label>
   <p class="vc-live-hint">Use headphones: through speakers the model hears itself. Speak after Start; the answer plays
   as it is spoken. The model listens all the time, so you can talk over it.</p>
+  <div id="live-key-row" class="vc-live-key" hidden><label class="vc-live-label" for="live-key">API key (the app
+    was started with --api-key)</label> <input type="password" id="live-key" autocomplete="off"></div>
   <label class="vc-live-label" for="live-prompt">System prompt (read before the conversation starts)</label>
   <textarea id="live-prompt" rows="2">{html.escape(system_prompt)}</textarea>
   <div class="vc-live-columns">

@@ -1,5 +1,5 @@
-// How far behind real time a live conversation is, and when to stop it (the Talk live tab stops past about 2 s
-// rather than drift). "Behind" is audio the server has received and the model has not heard yet: the server's
+// How far behind real time a live conversation is, and when to stop it (the Talk live tab stops past the server's
+// bound, 2 s, rather than drift). "Behind" is audio the server has received and the model has not heard yet: the server's
 // backlog at its last frame, plus the time since that frame (the microphone kept sending meanwhile).
 //
 // A tool exchange holds the user's audio on purpose (docs/tools.md §5: the timeline pauses while the tool runs, then
@@ -8,10 +8,8 @@
 // catch up still trips it: its backlog keeps growing past the bound. The terminal's `voicechat live` applies the same
 // rule (voicechat/live.py, LagGuard).
 
-export const LIMIT_MS = 2000;
-
 export class LagGuard {
-  constructor(limitMs = LIMIT_MS) {
+  constructor(limitMs) { // the server's bound (/live/status lag_limit_ms: voicechat.config.MAX_LAG_SECONDS)
     this.limit = limitMs;
     this.bound = limitMs;
     this.exchange = false;

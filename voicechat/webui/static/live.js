@@ -6,7 +6,7 @@
 //
 // window.voicechatLive is this object (tests read `player.stats`, users' scripts may too).
 import { Microphone, Player, bytesToBase64, pcm16ToFloat } from './audio.js';
-import { LagGuard, LIMIT_MS } from './lag.js';
+import { LagGuard } from './lag.js';
 
 const API = '/live';
 const RATE = 24000; // the Realtime API's PCM16 rate, both ways
@@ -31,7 +31,8 @@ class LiveTalk {
       root: root.querySelector('.vc-live'), status: $('live-status'), speed: $('live-speed'), start: $('live-start'),
       stop: $('live-stop'), meter: $('live-meter'), prompt: $('live-prompt'), transcript: $('live-transcript'),
       assistant: $('live-assistant'), function: $('live-function'), stats: $('live-stats'), save: $('live-save'),
-      saved: $('live-saved'), tools: $('live-tools'), measure: $('live-measure'),
+      saved: $('live-saved'), tools: $('live-tools'), measure: $('live-measure'), key: $('live-key'),
+      keyRow: $('live-key-row'),
     };
     this.el.start.addEventListener('click', () => this.start());
     this.el.stop.addEventListener('click', () => this.stop('done', 'Stopped', 'You ended the conversation.'));
@@ -62,6 +63,7 @@ class LiveTalk {
 
   showServer() {
     const { model, speed, busy } = this.server;
+    this.el.keyRow.hidden = !this.server.key_required;
     const busyNow = this.state === 'stopped' && busy.busy ? ` ${busy.text}` : ''; // the card keeps how it ended
     this.el.speed.textContent = (model.state === 'ready' ? speed.text : '') + busyNow;
     this.el.speed.dataset.verdict = speed.verdict;
@@ -118,7 +120,9 @@ class LiveTalk {
     }
     const url = new URL('/v1/realtime?voicechat_frames=1', window.location.href);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    this.socket = new WebSocket(url);
+    // the app's --api-key rides a subprotocol: a browser cannot set the Authorization header of a WebSocket
+    const key = this.server.key_required ? this.el.key.value : '';
+    this.socket = new WebSocket(url, key ? ['realtime', `openai-insecure-api-key.${key}`] : []);
     this.socket.onmessage = (message) => this.receive(JSON.parse(message.data));
     this.socket.onclose = (event) => this.closed(event);
     this.ticker = setInterval(() => this.tick(), TICK_MS);
@@ -133,7 +137,7 @@ class LiveTalk {
     this.compute = []; // per-frame compute (ms), the last STATS_WINDOW frames
     this.frames = 0;
     this.slow = 0; // frames that took longer than 80 ms to compute
-    this.guard = new LagGuard(this.server ? this.server.lag_limit_ms : LIMIT_MS);
+    this.guard = new LagGuard(this.server.lag_limit_ms);
     this.exchange = false; // a tool exchange holds the user's audio
     this.userItems = new Map(); // item id -> its paragraph in the transcript
     this.turn = null; // the assistant's paragraph of the open response
@@ -184,9 +188,11 @@ class LiveTalk {
 
   closed(event) {
     if (this.state === 'stopped') return;
+    const refused = this.state === 'connecting' && event.code === 1006 && this.server && this.server.key_required;
     const reason = event.code === 1013 ? ['wait', 'Busy', 'Someone else is talking to the model live; try again ' +
                                           'when it ends.']
-      : ['error', 'The connection closed', `${event.reason || 'the server ended the conversation'} (code ${event.code})`];
+      : refused ? ['error', 'The API key was refused', 'Enter the key the app was started with (--api-key).']
+        : ['error', 'The connection closed', `${event.reason || 'the server ended the conversation'} (code ${event.code})`];
     this.stop(...reason);
   }
 
@@ -235,8 +241,10 @@ class LiveTalk {
 
   // the model called a tool the page declared: run it on the server, hand the output back to the model
   async runTool(event) {
+    const key = this.server.key_required ? this.el.key.value : '';
     const response = await fetch(`${API}/tool`, {
-      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', ...(key ? { Authorization: `Bearer ${key}` } : {}) },
       body: JSON.stringify({ name: event.name, arguments: event.arguments }),
     });
     const { output } = await response.json();

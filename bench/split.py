@@ -1,6 +1,6 @@
 """Where one frame's time goes, per network: graph building (Python) vs evaluation, compiled vs not.
 
-    python -m voicechat.benchmarks.split --model DIR
+    python -m bench.split --model DIR
 
 For each of the streaming perception (one 80 ms frame), the LLM step (with both heads), the TTS backbone step, the
 MoG code generation, one codec frame and the transcript's first joint call it prints the median time to build the
@@ -16,8 +16,6 @@ import statistics
 import time
 
 import numpy as np
-
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
 ROWS = 30
@@ -49,19 +47,19 @@ def main() -> None:
     p.add_argument("--model", required=True)
     args = p.parse_args()
 
-    from .. import load
-    from ..stt import lm
-    from ..tts.eartts import warmup_inputs
-    from ..tts.mog import KeyNoise
+    from voicechat import load
+    from voicechat.stt import lm
+    from voicechat.tts.eartts import warmup_inputs
+    from voicechat.tts.mog import KeyNoise
 
     model = load(args.model)
     c, net = model.config, model.net
     stt, tts, codec = net.stt_model, net.tts_model.tts_model, net.tts_model.audio_codec
     dtype = stt.embed_tokens.scales.dtype if hasattr(stt.embed_tokens, "scales") else stt.embed_tokens.weight.dtype
     codes = model._warmup_codec_codes(None)
-    from ..session import Session
-    from ..stt.perception import PerceptionStream
-    from .frame import PROMPT, bench_input, speech_script
+    from voicechat.session import Session
+    from voicechat.stt.perception import PerceptionStream
+    from voicechat.benchmarks.frame import PROMPT, bench_input, speech_script
 
     x = bench_input(400)
     for mode in ("1", "0"):

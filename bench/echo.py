@@ -1,4 +1,4 @@
-"""What ``live --echo-cancel`` costs: ``python -m voicechat.benchmarks.echo [--seconds S]``.
+"""What ``live --echo-cancel`` costs: ``python -m bench.echo [--seconds S]``.
 
 Runs :class:`voicechat.devices.EchoCanceller` (WebRTC AEC3 through the ``livekit`` package) on a made-up room: the
 speaker plays the harness question (as the model's voice), the microphone hears it back 60 ms later at half
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ..audio import read_audio, resample
-from ..devices import EchoCanceller
+from voicechat.audio import read_audio, resample
+from voicechat.benchmarks.workload import QUESTION
+from voicechat.devices import EchoCanceller
 
-QUESTION = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nemo" / "question_16k.wav"
 RATE = EchoCanceller.RATE
 STEP = EchoCanceller.FRAME
 

@@ -1,7 +1,7 @@
 """mlx-audio 0.6.2's VoiceChat on the shared workload (workload.py): the worker that side_by_side.py starts in
 mlx-audio's venv. It prints ONE JSON line.
 
-    /path/to/peer_audio/bin/python voicechat/benchmarks/mlx_audio_worker.py --ckpt DIR --frames 72 --runs 3
+    /path/to/peer_audio/bin/python bench/mlx_audio_worker.py --ckpt DIR --frames 72 --runs 3
 
 It runs as a file, without voicechat's package: ``workload.py`` and ``compute.py`` (voicechat's BLAS preload, before
 mlx loads) are loaded from beside it. The checkpoint is loaded by mlx-audio's own ``load_model``. Measured as
@@ -39,8 +39,8 @@ def load_file(name: str, path: Path):
     return module
 
 
-compute = load_file("voicechat_compute", HERE.parent / "compute.py")  # preloads the BLAS, then imports mlx
-workload = load_file("voicechat_workload", HERE / "workload.py")
+compute = load_file("voicechat_compute", HERE.parent / "voicechat" / "compute.py")  # preloads the BLAS, then imports mlx
+workload = load_file("voicechat_workload", HERE.parent / "voicechat" / "benchmarks" / "workload.py")
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402

@@ -1,9 +1,9 @@
 """voicechat and mlx-audio 0.6.2 side by side: one checkpoint folder, one workload, one table.
 
-    python -m voicechat.benchmarks.side_by_side --ckpt DIR --mlx-audio-python /path/to/peer_audio/bin/python \\
+    python -m bench.side_by_side --ckpt DIR --mlx-audio-python /path/to/peer_audio/bin/python \\
         --frames 72 --runs 3 --rounds 2 --json out.json
 
-DIR is a folder in mlx-audio's layout (its converter's output, ``python -m voicechat.benchmarks.mlx_audio_convert``,
+DIR is a folder in mlx-audio's layout (its converter's output, ``python -m bench.mlx_audio_convert``,
 or the peer harness's full-size ``h200/gen_ckpt.py``), which both engines load. Each round starts one fresh process
 per engine, in alternating order (to spread the machine's noise over both): ours runs frame.py's ``offline`` and
 ``live``, mlx-audio's runs ``mlx_audio_worker.py`` in mlx-audio's venv. Workload (workload.py): ``--frames`` x 80 ms
@@ -29,15 +29,15 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+ROOT = HERE.parent
 ENGINES = ("voicechat", "mlx-audio")
 
 
 def voicechat_worker(ckpt: str, frames: int, runs: int) -> dict:
     """Our side, in this process: frame.py's offline loop and its 80 ms session on the same workload."""
-    from .. import compute, load
-    from . import frame
-    from .workload import PARAGRAPH, bench_input
+    from voicechat import compute, load
+    from voicechat.benchmarks import frame
+    from voicechat.benchmarks.workload import PARAGRAPH, bench_input
     import mlx.core as mx
 
     t0 = time.perf_counter()
@@ -56,7 +56,7 @@ def voicechat_worker(ckpt: str, frames: int, runs: int) -> dict:
 def command(engine: str, a: argparse.Namespace) -> list[str]:
     shared = ["--ckpt", str(Path(a.ckpt).resolve()), "--frames", str(a.frames), "--runs", str(a.runs)]
     if engine == "voicechat":
-        return [sys.executable, "-m", "voicechat.benchmarks.side_by_side", "--worker", *shared]
+        return [sys.executable, "-m", "bench.side_by_side", "--worker", *shared]
     return [a.mlx_audio_python, str(HERE / "mlx_audio_worker.py"), *shared]
 
 

@@ -1,4 +1,4 @@
-"""Where a start's time goes: ``python -m voicechat.benchmarks.cold_start M [--frames 25] [--json out.json]``.
+"""Where a start's time goes: ``python -m bench.cold_start M [--frames 25] [--json out.json]``.
 
 In one fresh process, as ``voicechat.load`` and a first conversation run them: reading the checkpoint and building
 the model; the warm-up at load (on a GPU: every per-frame function traced and run once, at every cache size, so
@@ -17,12 +17,11 @@ import os
 import statistics
 import time
 from pathlib import Path
-
-from .. import compute
+from voicechat import compute
 import mlx.core as mx
 
-from .frame import speech_script
-from .workload import FRAME, PROMPT, RATE, bench_input
+from voicechat.benchmarks.frame import speech_script
+from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input
 
 
 def cached_kernels() -> int:
@@ -32,9 +31,9 @@ def cached_kernels() -> int:
 
 
 def run(model_spec: str, frames: int) -> dict:
-    from ..loop import Model
-    from ..model import load_parts
-    from ..session import Session
+    from voicechat.loop import Model
+    from voicechat.model import load_parts
+    from voicechat.session import Session
 
     out = {"model": model_spec, "device": str(mx.default_device()), "mlx": mx.__version__,
            "compiled": compute.compile_enabled(), "cached_kernels_before": cached_kernels()}

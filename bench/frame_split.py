@@ -1,10 +1,10 @@
 """Where a steady session frame's time goes on this device:
-``python -m voicechat.benchmarks.frame_split MODEL [--frames N] [--nodes]``.
+``python -m bench.frame_split MODEL [--frames N] [--nodes]``.
 
 Per position of a session fed 80 ms at a time (speech workload; the first 60 positions left out): graph building
 (``SessionGroup._build``, Python), ``mx.async_eval`` (MLX's graph walk and kernel launches; on the CPU it also waits for
-most of the work), the host side of a finished position (``SessionGroup._finish``) and the whole ``feed`` call. ``--nodes``
-adds the graph nodes of one position by primitive. docs/bench/h200-2026-12-01-launch-settings.txt used it.
+most of the work), the host side of a finished position (``SessionGroup._finish``) and the whole ``feed`` call.
+``--nodes`` adds the graph nodes of one position by primitive. bench/runs/h200-2026-12-01-launch-settings.txt used it.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ import time
 from collections import defaultdict
 
 import numpy as np
-
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
-from ..group import SessionGroup
-from ..session import Session
-from . import op_histogram
-from .frame import speech_script
-from .workload import FRAME, PROMPT, RATE, bench_input
+from voicechat.group import SessionGroup
+from voicechat.session import Session
+from voicechat.benchmarks import op_histogram
+from voicechat.benchmarks.frame import speech_script
+from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input
 
 SKIPPED = 60  # positions before the measured ones (prompt, caches filling)
 
@@ -55,7 +53,7 @@ class TimedGroup(SessionGroup):
 
 
 def run(model_spec: str, frames: int) -> tuple[dict, object]:
-    from .. import load
+    from voicechat import load
 
     model = load(model_spec)
     group = TimedGroup(model)

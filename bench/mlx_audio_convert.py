@@ -1,7 +1,7 @@
 """A checkpoint in NVIDIA's nested layout (NeMo-made, or ``random_checkpoint``'s) converted by mlx-audio 0.6.2's own
 converter: one folder that both engines load.
 
-    python -m voicechat.benchmarks.mlx_audio_convert --nemo tests/fixtures/nemo/tiny_model_aria --out DIR \\
+    python -m bench.mlx_audio_convert --nemo tests/fixtures/nemo/tiny_model_aria --out DIR \\
         --mlx-audio-python /path/to/peer_audio/bin/python [--latent-from REF.npz]
 
 Writes DIR/src (the NeMo folder, with the few statements below added) and DIR/mlx_audio (what ``python -m

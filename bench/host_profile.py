@@ -1,8 +1,8 @@
 """Where MLX's host time goes while it walks and launches a frame's graph (``mx.async_eval``), from a native
 sampling profile:
 
-    py-spy record --native -r 150 -f raw -o frame.raw -- python -m voicechat.benchmarks.frame_split MODEL --frames 640
-    python -m voicechat.benchmarks.host_profile frame.raw [--top 40]
+    py-spy record --native -r 150 -f raw -o frame.raw -- python -m bench.frame_split MODEL --frames 640
+    python -m bench.host_profile frame.raw [--top 40]
 
 (py-spy is a standalone binary from PyPI, not a dependency.) Prints the share of the samples under
 ``mlx::core::async_eval`` spent in each function (inclusive: a function's callees count for it), then in a few

@@ -1,5 +1,5 @@
 """How the cache-carrying steps' time grows with a conversation:
-``python -m voicechat.benchmarks.capacity MODEL [--steps N]``.
+``python -m bench.capacity MODEL [--steps N]``.
 
 The TTS backbone step (both guidance rows) and the LLM decode step attend over key/value buffers whose capacity
 doubles as the conversation grows (``voicechat.cache``); this times one step of each, built and evaluated, at every
@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import time
-
-from .. import compute  # noqa: F401  (BLAS preload before mlx)
+from voicechat import compute
 import mlx.core as mx
 
-from ..cache import KVCache, capacities
-from ..loop import WARM_POSITIONS
-from .workload import stats
+from voicechat.cache import KVCache, capacities
+from voicechat.loop import WARM_POSITIONS
+from voicechat.benchmarks.workload import stats
 
 
 def timed(step, caches, steps: int) -> dict:
@@ -35,7 +34,7 @@ def timed(step, caches, steps: int) -> dict:
 
 
 def run(model_spec: str, steps: int) -> list[dict]:
-    from .. import load
+    from voicechat import load
 
     model = load(model_spec)
     llm, backbone = model.net.stt_model.llm, model.net.tts_model.tts_model.backbone

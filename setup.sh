@@ -1,0 +1,39 @@
+#!/bin/sh
+# Sets up this folder's virtual environment (.venv) and runs the app or the tests in it:
+#   ./setup.sh app [app.py options]     e.g. ./setup.sh app --demo
+#   ./setup.sh test [pytest options]    e.g. ./setup.sh test -m "not browser"
+# A venv of its own because macOS's Homebrew Python and Debian's refuse `pip install` into the system (PEP 668). It
+# installs only when .venv is new or a requirements file changed since the last set-up; later runs start at once.
+set -eu
+cd "$(dirname "$0")"
+what=${1:-}
+case $what in
+  app) lists="requirements.txt" ;;
+  test) lists="requirements.txt tests/requirements.txt" ;;
+  *) echo "usage: ./setup.sh app [app.py options] | ./setup.sh test [pytest options]" >&2; exit 2 ;;
+esac
+shift
+python=${PYTHON:-python3}
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "voicechat needs Python 3.10 or newer; $python is $("$python" -V 2>&1 || echo missing) (set PYTHON=...)" >&2
+    exit 1
+  fi
+  rm -rf .venv
+  if ! "$python" -m venv .venv; then
+    rm -rf .venv
+    echo "$python could not make a venv; on Debian or Ubuntu: sudo apt-get install python3-venv" >&2
+    exit 1
+  fi
+fi
+stamp=.venv/.set-up-for-$what
+if [ ! -f "$stamp" ] || [ -n "$(find $lists -newer "$stamp")" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  # shellcheck disable=SC2046  # one "-r FILE" pair per list
+  .venv/bin/python -m pip install -q $(for f in $lists; do printf -- '-r %s ' "$f"; done)
+  touch "$stamp"
+fi
+case $what in
+  app) exec .venv/bin/python app.py "$@" ;;
+  test) exec .venv/bin/python -m pytest -q -rs tests "$@" ;;
+esac

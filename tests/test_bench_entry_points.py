@@ -1,0 +1,105 @@
+"""Every benchmark entry point, run as a user runs it (``python -m ...`` from the repository root) on the tiny NeMo
+model: each finishes and prints its report, so a broken one fails CI. The numbers are timings and are not checked.
+The wheel carries none of the lab's scripts (bench/)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import NEMO, TESTS
+
+pytestmark = pytest.mark.slow  # each test starts a benchmark process
+
+REPO = TESTS.parent
+TINY = NEMO / "tiny_model_aria"
+PEER_HARNESS = REPO.parent / "shared" / "reference" / "peer-harness"
+
+
+def run(*args, cwd=REPO) -> str:
+    p = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0, f"{args}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    return p.stdout
+
+
+def test_voicechat_bench_reports_offline_and_session_frames(tmp_path):
+    out = run("-m", "voicechat", "bench", "--model", TINY, "--frames", 4, "--json", tmp_path / "b.json")
+    assert "graph nodes per frame" in out
+    r = json.loads((tmp_path / "b.json").read_text())
+    assert r["offline"] and r["session"] and r["ops_per_frame"]["total"] > 0
+
+
+def test_voicechat_bench_sessions_reports_each_count(tmp_path):
+    """``voicechat bench --sessions``: every count's row in the JSON, each from ticks of all its conversations; a
+    count below 1 is a usage error."""
+    out = run("-m", "voicechat", "bench", "--model", TINY, "--sessions", "1,3", "--frames", 4, "--json",
+              tmp_path / "s.json")
+    assert "largest N with tick p95" in out
+    r = json.loads((tmp_path / "s.json").read_text())
+    assert [row["sessions"] for row in r["rows"]] == [1, 3]
+    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["join"]["n"] == row["sessions"]
+               and row["nodes_per_tick"] > 0 for row in r["rows"])
+    bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["bench.capacity", TINY, "--steps", 2], "LLM decode"),
+    (["bench.cold_start", TINY, "--frames", 3], "start to the end of the first answer"),
+    (["bench.frame_split", TINY, "--frames", 3, "--nodes"], "async_eval"),
+    (["bench.split", "--model", TINY], "session frame (80 ms feed)"),
+    (["bench.kernels", "--steps", 3, "--evaluations", 1], "feed-forward pair"),
+    (["bench.side_by_side", "--worker", "--ckpt", TINY, "--frames", 4, "--runs", 1], '"engine": "voicechat"'),
+], ids=lambda v: v if isinstance(v, str) and v.startswith("bench.") else None)
+def test_lab_benchmark_runs_on_the_tiny_model(args, says):
+    assert says in run("-m", *args)
+
+
+def test_echo_benchmark_measures_the_canceller():
+    pytest.importorskip("livekit", reason="bench.echo measures WebRTC's canceller from the livekit package")
+    assert "per 80 ms" in run("-m", "bench.echo", "--seconds", 3)
+
+
+def test_host_profile_reads_a_py_spy_file(tmp_path):
+    raw = tmp_path / "frame.raw"
+    raw.write_text("main (frame_split.py:78);mlx::core::async_eval (libmlx.so);cublasLtMatmul (libcublasLt.so) 4\n"
+                   "main (frame_split.py:78) 2\n")
+    assert "cublasLtMatmul" in run("-m", "bench.host_profile", raw)
+
+
+@pytest.mark.skipif(not PEER_HARNESS.is_dir(), reason=f"the shared peer harness is not at {PEER_HARNESS}")
+def test_peer_harness_runs_voicechat_as_an_engine(tmp_path):
+    """The harness's own driver (bench_peers.py) runs our adapter as a worker on the tiny model and tabulates it."""
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "nemo_model").symlink_to(NEMO / "tiny_model")
+    run("-m", "voicechat.benchmarks.peers", "--engines-json", tmp_path / "engines.json")
+    run(PEER_HARNESS / "bench_peers.py", "--engines-json", tmp_path / "engines.json", "--root", tmp_path,
+        "--ckpts", "tiny", "--engines", "voicechat", "--modes", "cache", "--runs", 1, "--json", tmp_path / "r.json")
+    [row] = json.loads((tmp_path / "r.json").read_text())
+    assert "error" not in row, row
+    assert row["engine"] == "voicechat" and row["runs"] == 1 and row["frames"] == 39  # the harness's timeline
+    assert set(row["profile_s"]) >= {"llm", "tts", "codec"}
+
+
+def test_the_wheel_carries_no_lab_code(tmp_path):
+    """``pip install .`` installs the package alone: no bench/ scripts, no run logs, no shell scripts. (Built from a
+    copy of the checkout, since setuptools writes its build folders into the source.)"""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "build", "*.egg-info",
+                                                                "tests", "outputs", ".whl"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                    "--wheel-dir", str(tmp_path), str(source)], check=True, timeout=300, cwd=tmp_path)
+    [wheel] = tmp_path.glob("voicechat-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    package = [n for n in names if ".dist-info/" not in n]
+    assert all(n.startswith("voicechat/") for n in package), [n for n in package if not n.startswith("voicechat/")]
+    assert sorted(Path(n).name for n in package if n.startswith("voicechat/benchmarks/")) == [
+        "__init__.py", "frame.py", "peers.py", "sessions.py", "workload.py"]
+    assert not [n for n in package if n.endswith((".sh", ".log", ".json", ".txt"))]

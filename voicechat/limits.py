@@ -1,0 +1,112 @@
+"""What a user may set for a conversation, checked in one place (docs/limits.md): the system prompt, the seed, the
+sampling values and the appended silence. The CLI, the app, the Python API and the Realtime server all refuse a bad
+value with the same one-line :class:`SettingError` before any model work; its ``param`` names the setting.
+
+``GenerationConfig`` checks its values when it is made (:func:`check_generation`); a session checks its prompt and
+seed (:func:`checked_prompt`, :func:`checked_seed`, :func:`check_prompt_positions`) before the prompt reaches the LLM.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from .config import FRAME_SECONDS
+from .errors import VoiceChatError
+
+TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more
+# A system prompt takes timeline positions ([bos] + its tokens + [eos]) before the first user frame, each one a TTS
+# and codec step as well as an LLM row: a quarter of the timeline (2.7 minutes of it) is far more than any
+# instruction needs and leaves three quarters for the conversation.
+MAX_PROMPT_POSITIONS = TIMELINE_LIMIT // 4
+# Characters checked before the tokenizer runs (it takes time and memory by the character): a token of a system
+# prompt is at least one character, so no longer text can fit in MAX_PROMPT_POSITIONS after a generous margin.
+MAX_PROMPT_CHARS = 16 * MAX_PROMPT_POSITIONS
+DEFAULT_IDLE_SECONDS = 60.0  # a Realtime connection that sends no audio for this long is closed (serve --idle-timeout)
+SEED_LIMIT = 2 ** 64  # seeds are 0 .. 2^64 - 1: MLX's random key takes an unsigned 64-bit integer
+
+
+class SettingError(VoiceChatError):
+    """A conversation setting out of its range: one line naming it; ``param`` is the setting's name."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
+def _number(value: Any) -> Optional[float]:
+    """``value`` as a float when it is a real number (not a bool, not a string), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def check_range(param: str, label: str, value: Any, low: float, high: float = math.inf, *,
+                low_open: bool = False) -> None:
+    """A finite number with ``low <= value <= high`` (``low < value`` when ``low_open``)."""
+    x = _number(value)
+    above = x is not None and (x > low if low_open else x >= low)
+    if x is None or not math.isfinite(x) or not above or x > high:
+        bound = f"{'above' if low_open else 'at least'} {low:g}" + ("" if high == math.inf else f" and at most {high:g}")
+        raise SettingError(param, f"{label} must be a finite number {bound} (got {value!r})")
+
+
+def check_generation(gen) -> None:
+    """Every value of a ``GenerationConfig``: what MLX or the timeline cannot take is refused here."""
+    most = TIMELINE_LIMIT * FRAME_SECONDS  # the timeline's seconds: no silence longer than it can be appended
+    if gen.extra_seconds is not None:
+        check_range("extra_seconds", "extra seconds", gen.extra_seconds, 0.0, most)
+    check_range("max_extra_seconds", "max extra seconds", gen.max_extra_seconds, 0.0, most)
+    check_range("max_input_seconds", "max input seconds", gen.max_input_seconds, 0.0, low_open=True)
+    check_range("text_temperature", "the text temperature", gen.text_temperature, 0.0)
+    check_range("text_top_p", "the text top-p", gen.text_top_p, 0.0, 1.0, low_open=True)
+    check_range("text_repetition_penalty", "the text repetition penalty", gen.text_repetition_penalty, 0.0,
+                low_open=True)
+    if gen.tts_guidance_scale is not None:
+        check_range("tts_guidance_scale", "the TTS guidance scale", gen.tts_guidance_scale, 0.0)
+    if gen.tts_top_p is not None:
+        check_range("tts_top_p", "the TTS top-p", gen.tts_top_p, 0.0, 1.0, low_open=True)
+    if gen.tts_top_k is not None and (isinstance(gen.tts_top_k, bool) or not isinstance(gen.tts_top_k, int)
+                                      or gen.tts_top_k < 1):
+        raise SettingError("tts_top_k", f"the TTS top-k must be a whole number of at least 1 (got {gen.tts_top_k!r})")
+    if gen.tts_noise_scale is not None:
+        check_range("tts_noise_scale", "the TTS noise scale", gen.tts_noise_scale, 0.0)
+
+
+def checked_seed(seed: Any) -> int:
+    """A seed of 0 .. 2^64 - 1 (an integral float, as a number box gives, counts)."""
+    x = _number(seed)
+    if x is None or not math.isfinite(x) or x != int(x) or not 0 <= int(seed) < SEED_LIMIT:
+        raise SettingError("seed", f"the seed must be a whole number from 0 to 2^64 - 1 (got {seed!r})")
+    return int(seed)
+
+
+def checked_prompt(prompt: Any) -> str:
+    """A system prompt's text: a string of at most MAX_PROMPT_CHARS characters that UTF-8 can encode (a lone UTF-16
+    surrogate, or a command-line byte that was not UTF-8, cannot be)."""
+    if not isinstance(prompt, str):
+        raise SettingError("system_prompt", f"the system prompt must be text (got {type(prompt).__name__})")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SettingError("system_prompt", f"the system prompt has {len(prompt)} characters; the limit is "
+                                            f"{MAX_PROMPT_CHARS} ({MAX_PROMPT_POSITIONS} timeline positions)")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SettingError("system_prompt", f"the system prompt is not valid text: character {e.start} is not "
+                                            "Unicode text (a lone surrogate, or bytes that were not UTF-8)") from None
+    return prompt
+
+
+def check_prompt_positions(positions: int) -> None:
+    """The prompt's timeline positions ([bos] + tokens + [eos], with the tools' declarations) against the cap."""
+    if positions > MAX_PROMPT_POSITIONS:
+        raise SettingError("system_prompt", f"the system prompt takes {positions} timeline positions; the limit is "
+                                            f"{MAX_PROMPT_POSITIONS} (of the timeline's {TIMELINE_LIMIT}): shorten it")
+
+
+def check_timeline(positions: int, param: str) -> None:
+    """Work whose timeline would pass TIMELINE_LIMIT is refused before it starts."""
+    if positions > TIMELINE_LIMIT:
+        raise SettingError(param, f"this would take {positions} timeline positions, more than the timeline's "
+                                  f"{TIMELINE_LIMIT} ({TIMELINE_LIMIT * FRAME_SECONDS / 60:.1f} minutes): use a shorter "
+                                  "recording, prompt or appended silence")
