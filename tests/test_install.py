@@ -88,8 +88,10 @@ def test_pip_install_gives_the_package_and_the_command(installed, tmp_path):
     assert usage.startswith("usage: voicechat ") and "generate" in usage and "download" in usage
     # the README's Python example, as written, on a tiny random checkpoint in place of the 9 GB download
     example = readme_block("## Python API", "python")
-    assert DEFAULT_MODEL in example and "question.wav" in example
+    assert DEFAULT_MODEL in example and "assets/capital_16k_mono.wav" in example
     model = write_checkpoint(tmp_path / "tiny model")
+    (elsewhere / "assets").mkdir()
+    shutil.copy(REPO / "assets" / "capital_16k_mono.wav", elsewhere / "assets")
     shutil.copy(HARNESS_WAV, elsewhere / "question.wav")
     (elsewhere / "example.py").write_text(example.replace(DEFAULT_MODEL, str(model)))
     out = run([python, "example.py"], elsewhere).stdout
@@ -122,15 +124,32 @@ def test_editable_install_runs_the_checkout(tmp_path):
 
 
 def test_readme_setup_is_what_ci_installs():
+    """CI installs the system packages the README's manual steps list, then runs the README's test command; that
+    command (setup.sh) installs the same requirement files as the manual steps, into the same .venv."""
     ci = (REPO / ".ci" / "run").read_text()
     apt = re.search(r"apt-get install (.*?)(>|$)", ci, re.M).group(1).split()
-    pip = re.search(r"pip install (.*-r .*)$", ci, re.M).group(1).split()
-    steps = readme_block("### Run the tests", "bash").splitlines()
+    steps = readme_block("**By hand**", "bash").splitlines()
     readme_apt = next(shlex.split(s) for s in steps if "apt-get install" in s)
     readme_pip = next(shlex.split(s) for s in steps if s.startswith("pip install"))
     packages = [w for w in apt if not w.startswith("-")]
     assert packages and [w for w in readme_apt[readme_apt.index("install") + 1:] if not w.startswith("-")] == packages
-    files = [pip[i + 1] for i, w in enumerate(pip) if w == "-r"]
+    files = [readme_pip[i + 1] for i, w in enumerate(readme_pip) if w == "-r"]
     assert files == ["requirements.txt", "tests/requirements.txt"]
-    assert [readme_pip[i + 1] for i, w in enumerate(readme_pip) if w == "-r"] == files
     assert "python3 -m venv .venv" in steps and ". .venv/bin/activate" in steps
+    script = (REPO / "setup.sh").read_text()
+    assert f'test) lists="{" ".join(files)}" ;;' in script and f'app) lists="{files[0]}" ;;' in script
+    assert re.search(r"<!-- test-command -->\n```bash\n\./setup\.sh test\n```", README)
+    pytest_step = next(s for s in steps if "pytest" in s)
+    assert f"exec .venv/bin/{pytest_step} \"$@\"" in script  # the manual steps end with what the script runs
+
+
+def test_setup_script_says_what_is_wrong_in_one_line(tmp_path):
+    """Without an argument it gives its usage (exit 2); with no Python 3.10 it says which Python it found."""
+    shutil.copy(REPO / "setup.sh", tmp_path / "setup.sh")
+    usage = subprocess.run(["sh", tmp_path / "setup.sh"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: ./setup.sh app")
+    old = subprocess.run(["sh", tmp_path / "setup.sh", "app"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHON": "/bin/false"})
+    assert old.returncode == 1 and old.stderr.count("\n") == 1
+    assert old.stderr.startswith("voicechat needs Python 3.10 or newer; /bin/false is ")
+    assert not (tmp_path / ".venv").exists()

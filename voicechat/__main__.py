@@ -1,4 +1,4 @@
-"""Command line: ``voicechat generate | download | bench | serve | live`` (installed with the package; the same as
+"""Command line: ``voicechat generate | batch | download | bench | serve | live`` (installed with the package; the same as
 ``python -m voicechat ...``).
 
 Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
@@ -18,7 +18,8 @@ from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
-from .errors import AudioInputError, ToolError, VoiceChatError, command_name
+from .errors import AudioInputError, TestSetError, ToolError, VoiceChatError, command_name
+from .files import TEMPORARY, write_atomically
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
 
 
@@ -87,7 +88,7 @@ def output_file(path: Optional[str], option: str) -> Optional[Path]:
     if p.exists() and not p.is_file():
         raise UsageError(f"{option} {path} is not a regular file (a FIFO, device or socket); give a file name")
     try:
-        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp"):
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=TEMPORARY):
             pass
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot write in {p.parent} ({e.strerror})") from None
@@ -105,25 +106,6 @@ def distinct_files(named: dict) -> None:
             if key == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q)):
                 raise UsageError(f"{option} and {other} are the same file ({p}); give {option} another name")
         seen[option] = p
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, renamed over ``path`` only once all of it is written: a full
-    disk or an interrupted run never leaves a half-written file, nor destroys the one that was there."""
-    tmp = None
-    try:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
-            tmp = Path(f.name)
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def default_answer_file(recording: Path) -> Path:
@@ -214,6 +196,59 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
         write_atomically(json_file, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         print(f"wrote {json_file}", file=sys.stderr)
     return 0
+
+
+def cmd_batch(a: argparse.Namespace) -> int:
+    """``voicechat batch``: everything about the test set and the output folder is checked before the model loads."""
+    from .batch import BatchProgress, RunSettings, find_items, prepare_output, run_batch, summary_text
+    from .limits import checked_prompt, checked_seed
+
+    if a.sessions != 1:
+        raise UsageError("--sessions above 1 needs the shared frame step of many conversations (issue 29), which "
+                         "this version does not have yet; use --sessions 1")
+    source, out = Path(a.input).expanduser(), Path(a.out).expanduser()
+    fmt, items = find_items(source, a.format)
+    if fmt == "fdb" and (a.extra_seconds is not None or a.reference):
+        raise UsageError("a Full-Duplex-Bench answer is the input's own timeline: --extra-seconds and --reference "
+                         "do not apply")
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
+    settings = RunSettings(model="voicechat-demo" if a.demo else a.model, demo_model=a.demo, format=fmt,
+                           system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
+                           generation=generation_config(a), tools=chosen_tools(a))
+    prepare_output(out, settings, source)
+    print(f"{len(items)} items ({fmt}) -> {out}", file=sys.stderr)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
+        model = load_model(a, Path(scratch))
+        print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        bar = None if a.quiet else BatchProgress(len(items))
+        t0 = time.perf_counter()
+        try:
+            outcomes = run_batch(model, items, out, settings, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+    print(summary_text(outcomes, time.perf_counter() - t0, out))
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
+def add_batch_parser(sub) -> None:
+    from .batch import FORMATS
+
+    b = sub.add_parser("batch", help="answer a folder, a JSONL manifest or a Full-Duplex-Bench root into one output "
+                                     "folder, resumably (docs/batch.md)")
+    b.add_argument("input", help="a folder of recordings (searched recursively), a JSONL manifest (one object per "
+                                 "line: audio, and optional id, system_prompt, seed, speaker, extra_seconds) or a "
+                                 "Full-Duplex-Bench root ({ID}/input.wav)")
+    b.add_argument("--out", required=True, help="output folder: run.json, summary.jsonl and items/{ID}/; running the "
+                                                "same command again skips the items already complete")
+    b.add_argument("--format", choices=FORMATS, help="what INPUT is (default: detected)")
+    b.add_argument("--sessions", type=int, default=1, help="conversations stepped at once (default 1; more need the "
+                                                           "shared frame step of issue 29, not in this version)")
+    add_model_arguments(b)
+    add_answer_arguments(b)
+    b.set_defaults(func=cmd_batch)
 
 
 def cmd_download(a: argparse.Namespace) -> int:
@@ -341,21 +376,11 @@ def add_live_parser(sub) -> None:
     v.set_defaults(func=cmd_live)
 
 
-def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
-    sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="answer one recording")
-    add_model_arguments(g)
-    g.add_argument("--audio", required=True,
-                   help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
-    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
-                                          "<recording name>-answer.wav in the current folder)")
+def add_answer_arguments(g: argparse.ArgumentParser) -> None:
+    """How a recording is answered: prompt, seed, voice, tools, timeline and sampling (generate and batch)."""
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
-    g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
-                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
-                                  "conversation.json)")
     g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
                                                          "calculator, unit conversion)")
     g.add_argument("--tools-module", metavar="PATH.py",
@@ -377,7 +402,23 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     g.add_argument("--turn-markers", action="store_true", help="NVIDIA's <|t|> / <$t$> turn markers in the text")
     g.add_argument("--tokenizer", help="tokenizer.json to use when the checkpoint ships none")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="answer one recording")
+    add_model_arguments(g)
+    g.add_argument("--audio", required=True,
+                   help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
+    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
+                                          "<recording name>-answer.wav in the current folder)")
+    g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
+                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
+                                  "conversation.json)")
+    add_answer_arguments(g)
     g.set_defaults(func=cmd_generate)
+    add_batch_parser(sub)
     d = sub.add_parser("download", help="fetch a checkpoint into the Hugging Face cache and print its directory")
     d.add_argument("repo", nargs="?", default=DEFAULT_MODEL,
                    help="repo id; supported: " + ", ".join(SUPPORTED_CHECKPOINTS))
@@ -408,7 +449,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError, ToolError, SettingError) as e:
+    except (UsageError, AudioInputError, ToolError, SettingError, TestSetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

@@ -110,7 +110,7 @@ class KVCache:
             used = min(self.offset, self.window or self.offset)
             self.keys, self.values = _grown(self.keys, like, used, capacity), _grown(self.values, like, used, capacity)
             # evaluated on their own, so that the position's graph has the kernels of every other position: on CUDA a
-            # graph of new kernels is instantiated anew, and the one holding this copy was a spike (README, Speed)
+            # graph of new kernels is instantiated anew, and the one holding this copy was a spike (docs/performance.md)
             mx.eval(self.keys, self.values)
 
     def _in_order(self, buf: mx.array) -> mx.array:

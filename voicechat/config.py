@@ -370,6 +370,17 @@ class GenerationConfig:
 
         check_generation(self)
 
+    @property
+    def fixed_length(self) -> bool:
+        """Exactly ``extra_seconds`` of silence after the recording (none in reference mode without it); otherwise
+        silence until the answer has ended, at most ``max_extra_seconds``."""
+        return self.reference or self.extra_seconds is not None
+
+    def silence_samples(self, sample_rate: int) -> int:
+        """Samples of silence a run appends after the recording (their bound when not :attr:`fixed_length`)."""
+        seconds = (self.extra_seconds or 0.0) if self.fixed_length else self.max_extra_seconds
+        return round(seconds * sample_rate)
+
 
 NVIDIA_SAMPLING = dict(text_temperature=0.3, text_top_p=0.5, text_repetition_penalty=1.1)
 

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from .config import GenerationConfig
 from .errors import Cancelled, ToolError, VoiceChatError
-from .limits import check_prompt_positions, checked_prompt, checked_seed
+from .limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
 
@@ -52,7 +52,7 @@ STARTING, DOWNLOADING, LOADING, READY, FAILED, CLOSED = (
     "starting", "downloading", "loading", "ready", "failed", "closed")
 
 ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a loaded voicechat model
-# The real-time factor assumed until a run has been measured (README, Speed): near real time on a GPU (reported on
+# The real-time factor assumed until a run has been measured (docs/performance.md): near real time on a GPU (reported on
 # recent Apple Silicon), about 100 times slower than real time on a CPU.
 EXPECTED_REALTIME_FACTOR = {"gpu": 1.0, "cpu": 100.0}
 
@@ -723,12 +723,9 @@ def expected_frames(model, request: Request) -> Optional[int]:
     read on the engine thread)."""
     if isinstance(request.audio, (str, Path)) or not request.sample_rate:
         return None
-    gen = request.config or GenerationConfig()
-    rate = model.config.input_sample_rate
-    fixed = gen.reference or gen.extra_seconds is not None
-    extra = (gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds
-    samples = round(len(request.audio) * rate / request.sample_rate) + round(extra * rate)
-    return prompt_frames(model, request) + model.encoder_frames(samples)
+    samples = round(len(request.audio) * model.config.input_sample_rate / request.sample_rate)  # once resampled
+    return run_positions(model, samples, tool_prompt(request.system_prompt, request.tools),
+                         request.config or GenerationConfig())
 
 
 def check_settings(model, request: Union[Request, LiveRequest]) -> None:

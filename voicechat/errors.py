@@ -55,3 +55,10 @@ class TimelineFull(VoiceChatError):
 
 class ToolError(VoiceChatError):
     """A tool declaration or tool result voicechat cannot use (bad schema, too many tools, unknown call id ...)."""
+
+
+class TestSetError(VoiceChatError):
+    """A test set ``voicechat batch`` cannot run: no items, a bad manifest line, an id twice, an output folder that
+    holds another run."""
+
+    __test__ = False  # not a pytest test class, despite its name

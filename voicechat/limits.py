@@ -104,6 +104,13 @@ def check_prompt_positions(positions: int) -> None:
                                             f"{MAX_PROMPT_POSITIONS} (of the timeline's {TIMELINE_LIMIT}): shorten it")
 
 
+def run_positions(model, samples: int, prompt: str, gen) -> int:
+    """The timeline positions a run computes at most (the progress total): ``prompt``'s (the tools' block included),
+    then ``samples`` of recording at the model's input rate and the silence after it (``gen.silence_samples``)."""
+    silence = gen.silence_samples(model.config.input_sample_rate)
+    return model.prompt_length(prompt) + model.encoder_frames(samples + silence)
+
+
 def check_timeline(positions: int, param: str) -> None:
     """Work whose timeline would pass TIMELINE_LIMIT is refused before it starts."""
     if positions > TIMELINE_LIMIT:

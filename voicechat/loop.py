@@ -24,7 +24,7 @@ from .audio import prepare_input, read_audio, resample
 from .cache import capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
-from .limits import check_timeline, checked_prompt
+from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .group import SessionGroup
@@ -141,10 +141,9 @@ class Model:
         cfg = self.config
         x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
                           gen.max_input_seconds)
-        fixed = gen.reference or gen.extra_seconds is not None
-        extra = round(((gen.extra_seconds or 0.0) if fixed else gen.max_extra_seconds) * cfg.input_sample_rate)
+        fixed, extra = gen.fixed_length, gen.silence_samples(cfg.input_sample_rate)
         prompt = tool_prompt(checked_prompt(system_prompt), tools)
-        positions = self.prompt_length(prompt) + self.encoder_frames(len(x) + extra)
+        positions = run_positions(self, len(x), prompt, gen)
         check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds")  # refused before it starts
         tracker = ProgressTracker(progress, positions)
         tracker.announce("prompt")

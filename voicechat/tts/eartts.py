@@ -57,7 +57,7 @@ def depthsum(codebooks: mx.array, code: mx.array) -> mx.array:
 class Codebook:
     """One codebook as the nearest-vector search reads it, made once at load (evaluated views of arrays computed
     once): in the frame, slicing the stacked codebooks, transposing, scaling a product and broadcasting the norms are
-    graph nodes per codebook, 31 times per MoG decision (on a CPU each node costs microseconds: README, Speed)."""
+    graph nodes per codebook, 31 times per MoG decision (on a CPU each node costs microseconds: docs/platform.md §4)."""
 
     vectors: mx.array  # E [K, D]
     doubled_t: mx.array  # (2 E)^T [D, K], a transposed view: z.(2 E[v]) is exactly 2 (z.E[v]) (a power of two scales
