@@ -3,8 +3,9 @@
 The reference is the same conversation run alone (a lone session: itself checked against NeMo's offline output on
 every fixture by tests/test_session.py). In the group, conversations join at different ticks (so their caches hold
 different lengths), with different prompts, seeds, speakers, chunkings, text sampling and output modes; rows are
-reused after a conversation leaves, one conversation is cancelled halfway, and one calls tools. Text ids, function ids
-and codes must be identical at every position, the samples within 1e-5.
+reused after a conversation leaves, one conversation is cancelled halfway, and one calls tools. Encoder frames (the
+streaming perception: every row's steady frame in one call), transcript ids, text ids, function ids and codes must be
+identical at every position, the samples within 1e-5.
 """
 
 from dataclasses import dataclass, field
@@ -61,11 +62,30 @@ class Talk:
         return [self.audio[i:i + self.chunk] for i in range(0, len(self.audio), self.chunk)]
 
     def open(self, m, group=None) -> Session:
-        s = Session(m, self.prompt, self.seed, self.speaker, GenerationConfig(**self.config), self.tools,
+        s = Heard(m, self.prompt, self.seed, self.speaker, GenerationConfig(**self.config), self.tools,
                     script=self.script() if self.script else None, group=group)
         if s.script is not None:
             s.script.session = s
         return s
+
+
+class Heard(Session):
+    """A session that keeps the encoder frame each of its positions heard (None over the prompt and tool exchanges),
+    read back as the position finishes."""
+
+    def __init__(self, *args, **kwargs):
+        self.encoder_frames = []
+        super().__init__(*args, **kwargs)
+
+    def _finish_row(self, row, *args):
+        heard = row.encoded is not None and row.t >= self.prompt_frames
+        self.encoder_frames.append(np.array(row.encoded) if heard else None)
+        super()._finish_row(row, *args)
+
+
+def same_frames(a: list, b: list) -> bool:
+    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None
+                                                                 and np.array_equal(x, y)) for x, y in zip(a, b))
 
 
 def alone(m, talk: Talk) -> tuple[list, Session]:
@@ -122,6 +142,12 @@ def assert_same(solo: list, grouped: list, solo_session: Session, group_session:
     assert [f.text_id for f in grouped] == [f.text_id for f in solo]
     assert [f.function_id for f in grouped] == [f.function_id for f in solo]
     assert np.array_equal(np.stack([f.codes for f in grouped]), np.stack([f.codes for f in solo]))
+    assert same_frames(group_session.encoder_frames, solo_session.encoder_frames[:len(grouped)])
+    assert not whole or any(f is not None for f in group_session.encoder_frames)
+    if solo_session.rnnt is not None:  # the transcript's ids as far as the group ran it
+        tokens = solo_session.rnnt_state.tokens
+        assert tokens[:len(group_session.rnnt_state.tokens)] == group_session.rnnt_state.tokens
+        assert not whole or tokens == group_session.rnnt_state.tokens
     for a, b in zip(grouped, solo):
         assert a.audio.shape == b.audio.shape
         assert a.audio.size == 0 or np.abs(a.audio - b.audio).max() <= 1e-5
@@ -187,6 +213,26 @@ def test_a_conversation_with_tools_in_a_group(tmp_path):
              Talk(noise(1.5, 2), 3000, 2, "", 2, None, dict(reference=True))]
     told = check(m, talks, max_sessions=3)[0]
     assert len(told.tool_calls) == 2 and all(c.result == {"sum": 42} for c in told.tool_calls)
+
+
+def test_a_group_with_transcripts(tmp_path):
+    """The release layout's RNNT transcript head beside the batched perception: the rows' first joint calls and
+    prediction networks in one call per tick (random weights emit at most frames, so the rows' hypotheses move at
+    different frames, and a tick built ahead meets a stale first call). Chunkings give one steady frame a push
+    (1280, 999, 640: computed in the ticks, several waiting over a long prompt) or several (4000: a block of the
+    conversation alone), and 1500 both, so a block comes after steady frames still waiting."""
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+
+    m = voicechat.load(write_tiny_checkpoint(tmp_path / "model", seed=1), offline=True)
+    x = np.concatenate([recording(), recording()[::-1]])  # 4.3 s: the rows overlap for most of their frames
+    long = "Say hello to everyone you meet today, and then say it once more."
+    talks = [Talk(x, 1280, 0, "Hi.", 0, None, {}),
+             Talk(x[::-1].copy(), 1500, 0, long, 1, None, dict(reference=True)),
+             Talk(noise(4.0, 5), 999, 1, "", 2, None, dict(text_temperature=0.7)),
+             Talk(x, 4000, 2, "Be brief.", 3, None, {}, cancel_after=9),
+             Talk(noise(3.0, 6), 640, 3, "Hi.", 4, None, {})]
+    grouped = check(m, talks, max_sessions=4)
+    assert all(s.rnnt_state.tokens for s in grouped)
 
 
 def test_a_full_group_refuses_a_conversation_and_a_freed_row_takes_the_next():

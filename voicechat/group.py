@@ -38,6 +38,7 @@ from .errors import ConfigError, SessionsFull
 from .limits import TIMELINE_LIMIT
 from .model import prompt_frames
 from .stt import lm
+from .stt.perception import PerceptionRows, SteadyFrame
 from .tts.eartts import TTSState
 from .tts.mog import KeyNoise, key_draws
 
@@ -57,8 +58,9 @@ class Row:
     audio: Optional[mx.array]  # [H] the LLM's audio input, None over the prompt
     encoded: Optional[mx.array]  # [D] encoder frame (None during a tool exchange)
     valid: bool
-    first: Optional[tuple] = None  # the transcript's first joint call, built with the tick
+    first: Optional[tuple] = None  # the transcript's first joint call (enc(f) [1, J], id), read back with the tick
     built_on: int = 0  # transcript length it was built on
+    listen: Optional[SteadyFrame] = None  # the steady frame that gives ``audio`` and ``encoded`` (in the tick)
 
 
 @dataclass
@@ -69,14 +71,14 @@ class Tick:
     ids: mx.array  # [R, 2] text and function ids
     codes: Optional[mx.array]  # [R, Q] (none if no row spoke)
     samples: Optional[mx.array]  # [R, 1764] before each stream's start crop (none if no row decoded)
+    heard: tuple = ()  # the transcripts' first joint calls: (row indices, enc(f) [n, J], ids [n]) or none
     state: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)  # per stage, when a row profiles
     started: float = 0.0  # perf_counter when its building began
 
     @property
     def arrays(self) -> list[mx.array]:
-        firsts = [a for _, row in self.rows for a in (row.first or ())]
-        return [self.ids] + [a for a in (self.codes, self.samples) if a is not None] + firsts + self.state
+        return [self.ids] + [a for a in (self.codes, self.samples) if a is not None] + list(self.heard[1:]) + self.state
 
 
 def sample_text_tokens(logits: mx.array, best: mx.array, seen: mx.array, specials: mx.array, temperature: mx.array,
@@ -106,8 +108,8 @@ def state_bytes(cfg, rows: int, positions: int, itemsize: int) -> int:
     """The group's device state for ``rows`` conversations once the longest holds ``positions`` timeline positions
     (every row's attention buffers have the longest row's capacity, voicechat/cache.py): the LLM's key/value caches
     and Mamba states, the TTS backbone's caches (two CFG rows each, after its warm-up's positions), the seen ids.
-    ``itemsize``: bytes of the speech dtype. The streaming encoder's and the codec's small states are per
-    conversation, outside."""
+    ``itemsize``: bytes of the speech dtype. The streaming encoders' and the codec's states (a fixed size per row,
+    small) are not counted."""
     llm, tts = cfg.llm, cfg.tts.backbone
     attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(positions) * llm.head_dim
     mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
@@ -169,6 +171,7 @@ class SessionGroup:
         self.lm = lm.LMState(self.stt, c, rows=0)
         self.tts_state = TTSState(self.tts.tts_model.backbone.make_rows_caches(0), None)  # the draws: tts_keys
         self.codec = self.tts.audio_codec.stream(0)
+        self.hearing = PerceptionRows(self.stt.perception, 0)  # the streaming encoders' caches
         q = c.codec.num_quantizers
         self.prev_ids = mx.zeros((0, 2), mx.int32)  # text and function ids of each row's last position
         self.prev_code = mx.zeros((0, q), mx.int32)  # codes of each row's last position
@@ -256,6 +259,7 @@ class SessionGroup:
         for cache in self.tts_state.caches:
             cache.with_rows(2 * rows, 2)
         self.codec.with_rows(rows)
+        self.hearing.with_rows(rows)
         pad = lambda a: mx.pad(a, [(0, rows - a.shape[0]), (0, 0)])  # noqa: E731
         self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys = (
             pad(a) for a in (self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys))
@@ -315,18 +319,46 @@ class SessionGroup:
         clock = TickClock(any(row.session.clock.profile for _, row in rows))
         active = np.zeros(self.rows, bool)
         active[[r for r, _ in rows]] = True
+        self._perceive(rows, clock)
         ids = self._think(rows, clock)
         ids = self._fixed(rows, ids)
-        for _, row in rows:
-            row.session._hear_first(row)
+        heard = self._transcribe(rows)
         codes, samples = self._speak(rows, active, ids, clock)
         self.prev_ids = compute.kept_where(mx.array(active), ids, self.prev_ids)
         for _, row in rows:
             row.session.position += 1
         state = [*self.lm.arrays, *[a for c in self.tts_state.caches for a in c.arrays()], *self.codec.arrays,
                  self.prev_ids, self.prev_code, self.seen, self.text_keys, self.tts_keys,
-                 *[a for _, row in rows for a in row.session.listener.arrays()]]
-        return Tick(rows, ids, codes, samples, state, clock.seconds, started)
+                 *self.hearing.arrays]
+        return Tick(rows, ids, codes, samples, heard, state, clock.seconds, started)
+
+    def _perceive(self, rows: list, clock: "TickClock") -> None:
+        """The steady frames of the rows that hear one, in one call for all rows (their mel columns, subsampling and
+        conformer layers: ``PerceptionRows.steady``); a frame its conversation already computed alone (before a block
+        of its own) is taken as it is."""
+        waiting = [(r, row.listen) for r, row in rows if row.listen is not None and row.listen.encoded is None]
+        if waiting:
+            t0 = time.perf_counter()
+            self.hearing.steady(waiting)
+            clock.stage("encoder", t0, *[a for _, frame in waiting for a in (frame.projected, frame.encoded)],
+                        *self.hearing.arrays)
+        for _, row in rows:
+            if row.listen is not None:
+                row.audio, row.encoded = row.listen.projected, row.listen.encoded
+
+    def _transcribe(self, rows: list) -> tuple:
+        """The transcripts' first joint call of the rows that hear a valid encoder frame, in one call (each row's own
+        prediction network state; docs/model.md §1.2 J) -> (their indices in ``rows``, enc(f) [n, J], ids [n])."""
+        hearing = [i for i, (_, row) in enumerate(rows)
+                   if row.session.rnnt is not None and row.valid and row.encoded is not None]
+        if not hearing:
+            return ()
+        sessions = [rows[i][1].session for i in hearing]
+        projected, ids = sessions[0].rnnt.first_joints([s.rnnt_state for s in sessions],
+                                                       mx.stack([rows[i][1].encoded for i in hearing]))
+        for i, s in zip(hearing, sessions):
+            rows[i][1].built_on = len(s.rnnt_state.tokens)
+        return hearing, projected, ids
 
     def _think(self, rows: list, clock: "TickClock") -> mx.array:
         """The LLM for the rows past their prompt: fused input from each row's previous ids -> [R, 2] ids (text
@@ -440,6 +472,10 @@ class SessionGroup:
         ids = np.asarray(tick.ids)
         codes = np.asarray(tick.codes) if tick.codes is not None else None
         samples = np.asarray(tick.samples) if tick.samples is not None else None
+        if tick.heard:
+            hearing, projected, first = tick.heard
+            for n, (i, token) in enumerate(zip(hearing, np.asarray(first).tolist())):
+                tick.rows[i][1].first = (projected[n:n + 1], token)
         now = time.perf_counter()
         took = now - max(tick.started, self.finished_at)  # its wall time, not the one before it (look-ahead)
         self.finished_at = now

@@ -63,7 +63,7 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default
 # 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
 # connection (docs/live.md §3)
 CLOSE_TRY_AGAIN_LATER = 1013
-CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
+CLOSE_POLICY_VIOLATION = 1008  # a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 # A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
@@ -571,7 +571,8 @@ class Connection:
         self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
         self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
         self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
-        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here
+        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
+        self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
 
     async def run(self) -> None:
@@ -596,8 +597,8 @@ class Connection:
         """Close the connection (through the writer) once no audio has come for ``seconds``: it would hold the
         model for nothing. 0: never."""
         loop = asyncio.get_running_loop()
-        while seconds and (left := self.idle_since + seconds - loop.time()) > 0:
-            await asyncio.sleep(left)
+        while seconds and ((left := self.idle_since + seconds - loop.time()) > 0 or self.setting_up):
+            await asyncio.sleep(left if left > 0 else seconds)
         if seconds:
             self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
                                                          "that the model is free for others", kind="server_error"), None)
@@ -642,6 +643,8 @@ class Connection:
                 self.unsent -= item[1]
         except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
             log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
+        except Exception:  # a bug: the connection ends, and the log says why
+            log.error("%s: the writer failed\n%s", self.name, traceback.format_exc())
 
     # ---- receiving ---------------------------------------------------------------------------------------------
     async def read(self) -> None:
@@ -755,7 +758,7 @@ class Connection:
             raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
         except VoiceChatError as e:
             raise ClientEventError("invalid_value", str(e), "session")
-        self.live, self.heard = live, False
+        self.live, self.heard, self.setting_up = live, False, True
         self.server.notify("opened", self.session_id)
         events: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
@@ -769,8 +772,8 @@ class Connection:
         started = False
         while True:
             event = await events.get()
-            if event.kind in ("queued", "ready"):  # waiting for the model is not idleness: the clock starts again
-                self.idle_since = asyncio.get_running_loop().time()
+            if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
+                self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
             if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
                 self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":

@@ -33,7 +33,7 @@ from .group import Row, SessionGroup
 from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
 from .result import Result
 from .stt import lm
-from .stt.perception import PerceptionStream, timeline_frames
+from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
 from .stt.rnnt import RNNTGreedy, Transcript
 from .tokenizer import channel_text
 from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
@@ -221,8 +221,10 @@ class Session:
         self.func_stream = TextStream(self.model.tokenizer, {c.pad_id})
         self.transcript_shown = ""
         # the networks' state
-        self.listener = PerceptionStream(self.stt.perception)
-        self.heard: deque = deque()  # (audio [H], encoder frame [D], valid) per position waiting for the LLM
+        self.listener = PerceptionStream(self.stt.perception, self.group.hearing)  # its row once it joins
+        # per position waiting for the LLM: (audio [H], encoder frame [D], valid), or a steady frame the group's next
+        # tick computes with the other rows' (docs/batching.md §2)
+        self.heard: deque = deque()
         self.prompt_inputs: deque = deque()  # the prompt's positions not yet run
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
@@ -261,6 +263,7 @@ class Session:
             self.clock.add("prompt prefill", t0, lm_state.arrays)
         self.row = self.group.join(self, lm_state, tts_state, mx.array(np.asarray(inputs.code)[-1].astype(np.int32)),
                                    mx.array(self.frame0_codes))
+        self.listener.row = self.row
         zero = mx.zeros((c.audio.encoder.d_model,))
         # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
         self.prompt_inputs.extend([(None, zero, True)] * self.prompt_frames)
@@ -287,7 +290,8 @@ class Session:
         """``feed`` without running a position: the audio is heard (its encoder frames computed) and waits for the
         group's next ticks (:meth:`voicechat.group.SessionGroup.step`)."""
         for _ in self._listened(samples, sample_rate):
-            mx.eval([a for entry in self.heard for a in entry[:2]], self.listener.arrays())
+            mx.eval([a for entry in self.heard if not isinstance(entry, SteadyFrame) for a in entry[:2]],
+                    self.listener.arrays())
 
     def _listened(self, samples, sample_rate: int) -> Iterator[None]:
         """Hear the audio a block of encoder frames at a time (bounds memory when a long recording arrives),
@@ -304,7 +308,7 @@ class Session:
         self.taken = taken
         block = LISTEN_BLOCK_FRAMES * self.cfg.samples_per_input_frame
         for i in range(0, len(x), block):
-            self._listen(*self.listener.push(x[i:i + block]), valid=True)
+            self._listen(self.listener.hear(x[i:i + block]), valid=True)
             yield
 
     def flush(self) -> list[Frame]:
@@ -318,10 +322,10 @@ class Session:
         out = []
         if len(x):
             self._check_room(self._frames_after(self.listener.samples + len(x)))
-            self._listen(*self.listener.push(x), valid=True)
+            self._listen(self.listener.hear(x), valid=True)
             out += self.group.run(self)
         self._check_room(self.prompt_frames + self.held + timeline_frames(self.cfg.audio, self.listener.samples))
-        self._listen(*self.listener.finish(), valid=None)
+        self._listen(self.listener.finish(), valid=None)
         out += self.group.run(self)
         out += self.settle()
         self.ended = True
@@ -370,9 +374,14 @@ class Session:
                                f"({TIMELINE_LIMIT * self.cfg.frame_length / 60:.1f} minutes, NVIDIA's streaming "
                                "limit); start a new session")
 
-    def _listen(self, projected: mx.array, encoded: mx.array, valid: Optional[bool]) -> None:
-        """Queue the encoder frames for the LLM. ``valid`` None: the input ended, frames past its valid length are
-        padding, which the LLM hears as zeros after a prompt (docs/model.md §1.2 C) and the transcript skips (J)."""
+    def _listen(self, heard, valid: Optional[bool]) -> None:
+        """Queue the encoder frames for the LLM: a steady frame (computed in a tick), or (projected, encoded) frames.
+        ``valid`` None: the input ended, frames past its valid length are padding, which the LLM hears as zeros after
+        a prompt (docs/model.md §1.2 C) and the transcript skips (J)."""
+        if isinstance(heard, SteadyFrame):
+            self.heard.append(heard)
+            return
+        projected, encoded = heard
         first = self.listener.encoder.frames - projected.shape[0]
         for i in range(projected.shape[0]):
             inside = True if valid else first + i < self.listener.valid_frames
@@ -394,6 +403,15 @@ class Session:
                 return True
         return bool(self.heard)
 
+    def input_used(self) -> bool:
+        """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
+        voicechat.loop.OfflineInput); not while a running tool holds the conversation."""
+        return not self._ready() and not self.waits_for_tool()
+
+    def waits_for_tool(self) -> bool:
+        """Whether a running tool holds this conversation (:meth:`settle` waits for it)."""
+        return self.tool_channel is not None and self.tool_channel.paused()
+
     def _next_row(self) -> Optional[Row]:
         """The next position's input, taken (:meth:`_ready` said there is one): the prompt's positions first, then
         the heard frames, with a tool exchange's positions in between (the silence embedding, no encoder frame)."""
@@ -403,7 +421,10 @@ class Session:
             self._check_room(self.position + 1)
             self.held += 1
             return Row(self, self.position, self.model._tool_silence(), None, True)
-        return Row(self, self.position, *self.heard.popleft())
+        heard = self.heard.popleft()
+        if isinstance(heard, SteadyFrame):
+            return Row(self, self.position, None, None, True, listen=heard)
+        return Row(self, self.position, *heard)
 
     def _take(self) -> list[Frame]:
         frames, self.outbox = self.outbox, []
@@ -449,13 +470,6 @@ class Session:
             func = plan.function_id if plan.function_id is not None else func
             pad_text_if = plan.pad_text_if
         return text, func, pad_text_if
-
-    def _hear_first(self, row: Row) -> None:
-        """The transcript's first joint call of this row's frame, built with the tick (per conversation: each has its
-        own prediction network state)."""
-        if self.rnnt is not None and row.valid and row.encoded is not None:
-            row.first = self.rnnt.first_joint(self.rnnt_state, row.encoded[None])
-            row.built_on = len(self.rnnt_state.tokens)
 
     def _finish_row(self, row: Row, ids: np.ndarray, codes: Optional[np.ndarray], samples: Optional[np.ndarray],
                     seconds: dict) -> None:

@@ -4,11 +4,12 @@ For each N, N conversations in one group (``model.sessions(N)``, docs/batching.m
 (workload.py: the harness question as input, the text channel scripted as speech has it, each conversation its own
 seed and a system prompt of its own length). They start staggered, one every ``STAGGER`` ticks, so each joins while
 the others run (its prompt prefill and TTS warm-up between two ticks, its prompt positions in the next ticks). A tick
-is what advancing every conversation by 80 ms costs: each conversation's 80 ms of audio heard (its streaming encoder:
-per conversation), then one ``group.step()`` (every network once for all rows). Reported per N, over the ticks after
-the last conversation's prompt: tick p50 / p95 / p99 / max, milliseconds per conversation (tick p50 / N), the step
-alone, the joins (how long each stalled the ticks), active memory per conversation and the peak; then the largest N
-whose tick p95 stays under 80 ms.
+is what advancing every conversation by 80 ms costs: each conversation's 80 ms of audio pushed (its samples into its mel
+buffer: a steady frame waits for the tick), then one ``group.step()`` (every network once for all rows, the streaming
+encoder included). Reported per N, over the ticks after the last conversation's prompt: tick p50 / p95 / p99 / max,
+milliseconds per conversation (tick p50 / N), the step alone, the joins (how long each stalled the ticks), the graph
+nodes of one more tick (counted once, untimed), active memory per conversation and the peak; then the largest N whose
+tick p95 stays under 80 ms.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 from .. import compute
 import mlx.core as mx
 
-from . import peak_memory_gb
+from . import count_ops, peak_memory_gb
+from ..group import SessionGroup
 from .frame import speech_script
 from .workload import FRAME, PROMPT, RATE, bench_input, stats
 
@@ -29,11 +31,22 @@ STAGGER = 3  # ticks between two conversations' starts
 PROMPTS = (PROMPT, "Be brief.", PROMPT + " Answer in one sentence.", "")  # prompts of different lengths, in turn
 
 
+class CountedGroup(SessionGroup):
+    """A group that counts the graph nodes of a tick when asked (``count_next``): export_to_dot is slow, so once."""
+
+    count_next, nodes = False, None
+
+    def _queue(self, tick) -> None:
+        if self.count_next:
+            self.nodes, self.count_next = count_ops(*tick.arrays), False
+        super()._queue(tick)
+
+
 def run_group(model, n: int, frames: int) -> dict:
     """N staggered conversations fed ``frames`` x 80 ms each; the statistics of the ticks once all have joined."""
     from ..session import Session
 
-    group = model.sessions(n)
+    group = CountedGroup(model, n)
     x = bench_input(frames + STAGGER * n)
     step = round(FRAME * RATE)
     sessions, fed, joins = [], [], []
@@ -63,12 +76,16 @@ def run_group(model, n: int, frames: int) -> dict:
         steps.append(t2 - t1)
         tick += 1
     steady = ticks[steady_from or 0:]
+    for s in sessions:  # one more tick, its nodes counted
+        s.push(x[-step:], RATE)
+    group.count_next = True
+    group.step()
     active = mx.get_active_memory()
     for s in sessions:
         s.close()
     tick_stats = stats(steady)
     return {"sessions": n, "tick": tick_stats, "step": stats(steps[steady_from or 0:]),
-            "ms_per_conversation": tick_stats["p50"] / n, "join": stats(joins),
+            "ms_per_conversation": tick_stats["p50"] / n, "join": stats(joins), "nodes_per_tick": group.nodes,
             "active_gb_per_conversation": (active - base) / 1e9 / n, "peak_gb": peak_memory_gb(),
             "ticks_measured": len(steady)}
 
@@ -89,11 +106,12 @@ def print_table(r: dict) -> None:
     print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} frames per conversation, "
           f"starts {r['stagger_ticks']} ticks apart")
     print(f"{'N':>3s} {'tick p50':>9s} {'p95':>7s} {'p99':>7s} {'max':>7s} {'ms/conv':>8s} {'step p50':>9s} "
-          f"{'join p50':>9s} {'join max':>9s} {'GB/conv':>8s} {'peak GB':>8s}")
+          f"{'join p50':>9s} {'join max':>9s} {'nodes':>6s} {'GB/conv':>8s} {'peak GB':>8s}")
     for row in r["rows"]:
         t, j = row["tick"], row["join"]
         print(f"{row['sessions']:3d} {t['p50']:9.2f} {t['p95']:7.2f} {t['p99']:7.2f} {t['max']:7.2f} "
               f"{row['ms_per_conversation']:8.2f} {row['step']['p50']:9.2f} {j['p50']:9.1f} {j['max']:9.1f} "
+              f"{row['nodes_per_tick']:6d} "
               f"{row['active_gb_per_conversation']:8.4f} {row['peak_gb']:8.3f}")
     print(f"largest N with tick p95 < {FRAME * 1e3:.0f} ms: {r['largest_real_time']}")
 

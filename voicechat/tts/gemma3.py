@@ -123,13 +123,14 @@ class Gemma3TextModel(nn.Module):
             caches = self.caches_at(capacity, rows, dtype)
             mx.eval(self.step(x, caches), [c.arrays() for c in caches])
 
-    def caches_at(self, capacity: int, rows: int, dtype: mx.Dtype) -> list[KVCache]:
-        """Zero caches whose next step meets buffers of ``capacity`` slots (a window's layers: at most the window)."""
-        cfg, caches = self.cfg, self.make_caches()
+    def caches_at(self, capacity: int, rows: int, dtype: mx.Dtype) -> list[RowsKV]:
+        """Zero caches of a group of ``rows`` / 2 conversations (the step's shapes in a session) whose next step meets
+        buffers of ``capacity`` slots (a window's layers: at most the window)."""
+        cfg, caches = self.cfg, self.make_rows_caches(rows // 2)
         for cache in caches:
             size = capacity if cache.window is None else min(capacity, cache.window)
             cache.keys = cache.values = mx.zeros((rows, cfg.num_key_value_heads, size, cfg.head_dim), dtype)
-            cache.offset = size - 1
+            cache.offsets = np.full(rows, size - 1)
         return caches
 
     def step(self, x: mx.array, caches: list, active: Optional[np.ndarray] = None) -> mx.array:
