@@ -20,6 +20,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -172,6 +173,7 @@ def run(model: str | None, frames: int, rounds: int) -> dict:
         direct.stop()
         if ray is not None:
             ray.stop()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def main(argv=None) -> int:
