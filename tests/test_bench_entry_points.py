@@ -35,6 +35,11 @@ def test_voicechat_bench_reports_offline_and_session_frames(tmp_path):
     assert r["offline"] and r["session"] and r["ops_per_frame"]["total"] > 0
 
 
+def test_bench_perception_rows_reports_each_count():
+    out = run("-m", "bench.perception_rows", TINY, "--sessions", "1,3", "--ticks", 3)
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["1", "3"]
+
+
 def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     """``voicechat bench --sessions``: every count's row in the JSON, each from ticks of all its conversations; a
     count below 1 is a usage error."""
