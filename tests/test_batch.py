@@ -145,6 +145,34 @@ def test_a_manifest_gives_each_item_its_own_settings(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# many conversations at once: each item still generate's answer
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # runs voicechat batch as a process
+def test_many_conversations_at_once_each_answer_as_generate_does(tmp_path):
+    samples, rate = sf.read(HARNESS_WAV, dtype="float32")
+    (tmp_path / "audio").mkdir()
+    lines, options = [], []
+    for k in range(6):  # other lengths, prompts, seeds and timelines: rows join and leave the group at other ticks
+        sf.write(tmp_path / "audio" / f"q{k}.wav", samples[:len(samples) - 2400 * k], rate)
+        prompt = {"system_prompt": "Be brief."} if k % 3 == 0 else {}
+        extra = {"extra_seconds": 0.4 * k} if k % 2 else {}
+        lines.append({"audio": f"audio/q{k}.wav", "seed": k, **prompt, **extra})
+        options.append(["--seed", k, "--max-extra-seconds", 1.5, *[v for key, value in {**prompt, **extra}.items()
+                                                                   for v in (f"--{key.replace('_', '-')}", value)]])
+    lines.insert(3, {"audio": "audio/missing.wav"})
+    manifest, out = tmp_path / "set.jsonl", tmp_path / "out"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    batch(manifest, "--out", out, "--model", MODEL, "--sessions", 4, "--max-extra-seconds", 1.5, "--quiet",
+          check_rc=1)
+    items, totals = summary(out)
+    assert list(items) == ["audio/q0", "audio/q1", "audio/q2", "audio/missing", "audio/q3", "audio/q4", "audio/q5"]
+    assert (totals["done"], totals["failed"]) == (6, 1)
+    for k in range(6):
+        assert_same_answer(out / "items" / "audio" / f"q{k}", generated(tmp_path, tmp_path / "audio" / f"q{k}.wav",
+                                                                        *options[k]))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # a Full-Duplex-Bench root
 # ----------------------------------------------------------------------------------------------------------------
 def assert_benchmark_chunk_format(transcript: dict) -> None:
@@ -319,7 +347,7 @@ def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_record
      "the id '/abs' must be a relative name"),
     (lambda p: write_question(p / "s" / "q.wav") and write_question(p / "s" / "q.flac", subtype="PCM_16").parent,
      [], "two items have the id 'q' (q.flac and q.wav)"),
-    (lambda p: write_question(p / "s" / "q.wav").parent, ["--sessions", "4"], "--sessions above 1 needs"),
+    (lambda p: write_question(p / "s" / "q.wav").parent, ["--sessions", "0"], "--sessions 0: give 1 or more"),
     (lambda p: write_question(p / "r" / "1" / "input.wav").parent.parent, ["--extra-seconds", "1"],
      "--extra-seconds and --reference do not apply"),
     (lambda p: write_question(p / "s" / "q.wav").parent, ["--out", "/nonexistent-folder/out"],

@@ -9,18 +9,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
-from .errors import AudioInputError, TestSetError, ToolError, VoiceChatError, command_name
-from .files import TEMPORARY, write_atomically
-from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
+from .errors import AudioInputError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
+from .files import checked_folder, checked_output, distinct_files, write_atomically
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 
 
 class UsageError(Exception):
@@ -75,39 +73,6 @@ def input_file(path: str) -> Path:
     return p
 
 
-def output_file(path: Optional[str], option: str) -> Optional[Path]:
-    """An output path checked before the long run: a regular file or a new name (never a folder, FIFO or device) in a
-    folder where a file can be created now (a read-only file system is found here, not after the run)."""
-    if path is None:
-        return None
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise UsageError(f"{option} {path} is a folder; give a file name in it")
-    if not p.parent.is_dir():
-        raise UsageError(f"{option} {path}: the folder {p.parent} does not exist; create it first")
-    if p.exists() and not p.is_file():
-        raise UsageError(f"{option} {path} is not a regular file (a FIFO, device or socket); give a file name")
-    try:
-        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=TEMPORARY):
-            pass
-    except OSError as e:
-        raise UsageError(f"{option} {path}: cannot write in {p.parent} ({e.strerror})") from None
-    return p
-
-
-def distinct_files(named: dict) -> None:
-    """No output may be the input or another output (same path, or the same file by another name)."""
-    seen: dict = {}
-    for option, p in named.items():
-        if p is None:
-            continue
-        key = p.resolve()
-        for other, q in seen.items():
-            if key == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q)):
-                raise UsageError(f"{option} and {other} are the same file ({p}); give {option} another name")
-        seen[option] = p
-
-
 def default_answer_file(recording: Path) -> Path:
     """``<recording name>-answer.wav`` in the current folder, numbered so that no file is overwritten."""
     names = (f"{recording.stem}-answer{'' if n == 1 else f'-{n}'}.wav" for n in itertools.count(1))
@@ -152,15 +117,14 @@ def load_model(a: argparse.Namespace, scratch: Path):
 
 
 def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
-    from .audio import check_recording, read_audio, wav_bytes
-    from .limits import checked_prompt, checked_seed
+    from .audio import check_recording, read_audio, write_wav
     from .engine import make_answer
     from .live import terminal_text
     from .result import conversation_json
 
     recording = input_file(a.audio)
-    answer_file = output_file(a.output_audio, "--output-audio") or default_answer_file(recording)
-    json_file = output_file(a.json, "--json")
+    answer_file = checked_output(a.output_audio, "--output-audio") or default_answer_file(recording)
+    json_file = checked_output(a.json, "--json")
     distinct_files({"--audio": recording, "--output-audio": answer_file, "--json": json_file})
     gen = generation_config(a)
     checked_seed(a.seed)
@@ -186,7 +150,7 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     if result.function_text.strip():
         print(f"[function] {terminal_text(result.function_text.strip())}")
     print_tool_calls(result)
-    write_atomically(answer_file, wav_bytes(result.audio, result.sample_rate))
+    write_wav(answer_file, result.audio, result.sample_rate)
     print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
     if json_file:
         record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model, demo_model=a.demo,
@@ -203,9 +167,8 @@ def cmd_batch(a: argparse.Namespace) -> int:
     from .batch import BatchProgress, RunSettings, find_items, prepare_output, run_batch, summary_text
     from .limits import checked_prompt, checked_seed
 
-    if a.sessions != 1:
-        raise UsageError("--sessions above 1 needs the shared frame step of many conversations (issue 29), which "
-                         "this version does not have yet; use --sessions 1")
+    if a.sessions < 1:
+        raise UsageError(f"--sessions {a.sessions}: give 1 or more")
     source, out = Path(a.input).expanduser(), Path(a.out).expanduser()
     fmt, items = find_items(source, a.format)
     if fmt == "fdb" and (a.extra_seconds is not None or a.reference):
@@ -225,7 +188,7 @@ def cmd_batch(a: argparse.Namespace) -> int:
         bar = None if a.quiet else BatchProgress(len(items))
         t0 = time.perf_counter()
         try:
-            outcomes = run_batch(model, items, out, settings, bar)
+            outcomes = run_batch(model, items, out, settings, a.sessions, bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -244,8 +207,8 @@ def add_batch_parser(sub) -> None:
     b.add_argument("--out", required=True, help="output folder: run.json, summary.jsonl and items/{ID}/; running the "
                                                 "same command again skips the items already complete")
     b.add_argument("--format", choices=FORMATS, help="what INPUT is (default: detected)")
-    b.add_argument("--sessions", type=int, default=1, help="conversations stepped at once (default 1; more need the "
-                                                           "shared frame step of issue 29, not in this version)")
+    b.add_argument("--sessions", type=int, default=1, help="conversations stepped together in one frame step "
+                                                           "(default 1; docs/batching.md)")
     add_model_arguments(b)
     add_answer_arguments(b)
     b.set_defaults(func=cmd_batch)
@@ -259,7 +222,7 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    output_file(a.json, "--json")
+    checked_output(a.json, "--json")
     if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
         from .benchmarks.sessions import main as sessions_main
 
@@ -282,9 +245,31 @@ def cmd_serve(a: argparse.Namespace) -> int:
                          "(or pip install \"voicechat[app]\")") from None
     if a.max_sessions is not None and a.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
-          idle_seconds=a.idle_timeout, max_sessions=a.max_sessions)
+    if not a.ray:
+        for option in ("address", "replicas", "gpus_per_replica", "replicas_per_node"):
+            if getattr(a, option) is not None:
+                raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
+        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+              idle_seconds=a.idle_timeout, max_sessions=a.max_sessions)
+        return 0
+    try:
+        from .deploy import ArgumentError, run
+    except ImportError as e:
+        raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
+    try:
+        run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
+            api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
+            max_sessions=default(a.max_sessions, 1), gpus_per_replica=default(a.gpus_per_replica, 0.0),
+            replicas_per_node=a.replicas_per_node)
+    except ArgumentError as e:
+        raise UsageError(str(e)) from None
     return 0
+
+
+def default(value, otherwise):
+    """An option's value, or ``otherwise`` when it was not given (the Ray options default to None: without --ray,
+    giving one is an error)."""
+    return otherwise if value is None else value
 
 
 def check_port(port: int) -> None:
@@ -315,6 +300,17 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
                         "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
+    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")",
+                             "with --ray, --max-sessions is each replica's, 1 unless given: Ray needs it before the "
+                             "models load")
+    r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
+    r.add_argument("--address", help="the Ray cluster to deploy on (e.g. ray://head:10001 or head:6379; default: "
+                                     "start a local cluster and stop it on exit)")
+    r.add_argument("--replicas", type=int, help="replicas of the model, each with its own engine (default 1)")
+    r.add_argument("--gpus-per-replica", type=float, help="GPUs Ray reserves for each replica (default 0: none, as "
+                                                          "on a Mac or a CPU host; 1 on a CUDA host)")
+    r.add_argument("--replicas-per-node", type=int, help="at most this many replicas on one Ray node (e.g. 1 on "
+                                                         "Macs: one model per machine)")
     s.set_defaults(func=cmd_serve)
 
 
@@ -333,6 +329,12 @@ def cmd_live(a: argparse.Namespace) -> int:
         raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
+    output = checked_output(a.output_file, "--output-file")
+    distinct_files({"--input-file": a.input_file and Path(a.input_file), "--output-file": output})
+    if a.save:
+        checked_folder(a.save, "--save")
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
     options = LiveOptions(
         model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=chosen_tools(a),
         input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
@@ -449,7 +451,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError, ToolError, SettingError, TestSetError) as e:
+    except (UsageError, AudioInputError, ToolError, SettingError, OutputError, TestSetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

@@ -375,39 +375,40 @@ def recorded_outcome(item: Item, folder: Path) -> Outcome:
 # the runner
 # ----------------------------------------------------------------------------------------------------------------
 class BatchProgress:
-    """Items finished of all, conversations in flight, ETA and RTF on stderr: on a terminal one line redrawn per
-    frame; into a file or a pipe (a log) a line of its own as each item finishes (as ``generate``'s bar does)."""
+    """Items finished of all, conversations in flight, ETA and RTF on stderr: on a terminal one line redrawn after
+    every tick; into a file or a pipe (a log) a line of its own as each item finishes (as ``generate``'s bar does)."""
 
     def __init__(self, total: int, stream=None, width: int = 24):
         self.total, self.stream, self.width = total, stream or sys.stderr, width
         self.tty = self.stream.isatty()
         self.start = time.perf_counter()
         self.finished = 0  # items done, skipped or failed
-        self.frames = self.wall = 0.0  # of the items answered so far (for the RTF)
+        self.frames = 0  # timeline positions of the items answered so far
         self.drawn = 0  # characters of the last line drawn
 
-    def item_finished(self, outcome: Outcome) -> None:
+    def item_finished(self, outcome: Outcome, running: Sequence["Running"]) -> None:
         self.finished += 1
         if outcome.status == "done":
             self.frames += outcome.frames
-            self.wall += outcome.wall_seconds
-        self.draw(0, 0, 0.0)
+        self.draw(running)
 
-    def __call__(self, done: int, total: int, update) -> None:
+    def update(self, running: Sequence["Running"]) -> None:
         if self.tty:
-            self.draw(1, done / max(total, 1), update.elapsed_s, done)
+            self.draw(running)
 
-    def draw(self, in_flight: int, fraction: float, elapsed_item: float, frames_item: int = 0) -> None:
+    def draw(self, running: Sequence["Running"]) -> None:
+        """ETA: the wall time so far per item finished, an item in flight counted by its positions; RTF: the wall
+        time so far per timeline second computed (the items in flight included)."""
         from .engine import realtime_factor
 
-        units = self.finished + fraction
-        filled = self.width * self.finished // max(self.total, 1)
+        units = self.finished + sum(run.fraction for run in running)
+        frames = self.frames + sum(run.session.position for run in running)
         elapsed = time.perf_counter() - self.start
         eta = duration_words(elapsed * (self.total - units) / units) if units > 0 else "?"
-        frames, wall = self.frames + frames_item, self.wall + elapsed_item
-        rtf = f"{realtime_factor(wall, int(frames), FRAME_SECONDS):.2f}" if frames else "?"
+        rtf = f"{realtime_factor(elapsed, frames, FRAME_SECONDS):.2f}" if frames else "?"
+        filled = self.width * self.finished // max(self.total, 1)
         line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.finished}/{self.total} items  "
-                f"{in_flight} in flight  ETA {eta}  RTF {rtf}")
+                f"{len(running)} in flight  ETA {eta}  RTF {rtf}")
         self.stream.write("\r" + line.ljust(self.drawn) if self.tty else line + "\n")
         self.stream.flush()
         self.drawn = len(line) if self.tty else 0
@@ -422,41 +423,110 @@ class BatchProgress:
             self.stream.write("\n")
 
 
-def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings,
+class Running:
+    """An item in flight: its conversation in the group and the input still to give it (the offline loop's,
+    :class:`voicechat.loop.OfflineInput`)."""
+
+    def __init__(self, model, group, item: Item, folder: Path, settings: RunSettings):
+        from .audio import prepare_input
+        from .limits import check_timeline, run_positions
+        from .loop import OfflineInput
+        from .tools import system_prompt as tool_prompt
+
+        cfg = model.config
+        self.item, self.folder, self.gen = item, folder, item_generation(item, settings)
+        self.samples, self.rate = read_item(item, self.gen)
+        x = prepare_input(self.samples, self.rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
+                          self.gen.max_input_seconds)
+        prompt = value(item.system_prompt, settings.system_prompt)
+        self.total = run_positions(model, len(x), tool_prompt(prompt, settings.tools), self.gen)
+        check_timeline(self.total, "extra_seconds" if self.gen.fixed_length else "max_extra_seconds")
+        self.t0 = time.perf_counter()
+        self.session = group.session(prompt, value(item.seed, settings.seed), value(item.speaker, settings.speaker),
+                                     self.gen, settings.tools)
+        self.input = OfflineInput(model, self.session, x, self.gen.silence_samples(cfg.input_sample_rate),
+                                  self.gen.fixed_length)
+        self.pieces, self.input_rate = self.input.pieces(), cfg.input_sample_rate
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.session.position / max(self.total, 1))
+
+    def advance(self) -> bool:
+        """Give the conversation its next input once it has run all it had; False when its input is all given and
+        run (the conversation has then left the group)."""
+        while self.session.ended or self.session.input_used():
+            piece = next(self.pieces, False)
+            if piece is False:
+                self.session.close()
+                return False
+            if piece is None:
+                self.session.flush()
+            else:
+                self.session.push(piece, self.input_rate)
+        return True
+
+
+def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings, sessions: int = 1,
               progress: Optional[BatchProgress] = None) -> list[Outcome]:
-    """Answer every item not yet complete in ``out``, one conversation at a time; a bad item is recorded with its
-    reason and the run goes on. summary.jsonl is rewritten after each item, so an interrupted run keeps its lines."""
-    outcomes: list[Outcome] = []
+    """Answer every item not yet complete in ``out``, up to ``sessions`` conversations at once in one group's frame
+    step (docs/batching.md; one at a time is a group of one); each is answered as ``generate`` answers it alone. A
+    bad item is recorded with its reason and the run goes on. summary.jsonl is rewritten after each item, so an
+    interrupted run keeps its lines."""
+    group, waiting, running = model.sessions(sessions), list(reversed(items)), []
+    outcomes: dict[str, Outcome] = {}
     t0 = time.perf_counter()
-    for item in items:
-        folder = item_folder(out, item)
-        outcome = recorded_outcome(item, folder) if is_complete(folder, settings.format) else \
-            answer_item(model, item, folder, settings, progress)
-        outcomes.append(outcome)
+
+    def finish(outcome: Outcome) -> None:
+        outcomes[outcome.id] = outcome
         if outcome.status == "failed":
             say = progress.say if progress is not None else lambda line: print(line, file=sys.stderr)
-            say(f"{item.id}: failed: {outcome.reason}")
+            say(f"{outcome.id}: failed: {outcome.reason}")
         if progress is not None:
-            progress.item_finished(outcome)
-        write_summary(out, outcomes, time.perf_counter() - t0)
-    return outcomes
+            progress.item_finished(outcome, running)
+        write_summary(out, [outcomes[item.id] for item in items if item.id in outcomes], time.perf_counter() - t0)
+
+    while waiting or running:
+        while waiting and len(running) < sessions:
+            item = waiting.pop()
+            folder = item_folder(out, item)
+            if is_complete(folder, settings.format):
+                finish(recorded_outcome(item, folder))
+                continue
+            try:
+                running.append(Running(model, group, item, folder, settings))
+            except VoiceChatError as e:
+                finish(failed(item, e))
+        if not running:
+            continue
+        if all(run.session.waits_for_tool() for run in running):  # nothing can run until a tool answers
+            running[0].session.settle()
+        group.step()
+        for run in list(running):
+            try:
+                if run.advance():
+                    continue
+                outcome = answered(model, run, settings)
+            except VoiceChatError as e:
+                run.session.close()
+                outcome = failed(run.item, e)
+            running.remove(run)
+            finish(outcome)
+        if progress is not None:
+            progress.update(running)
+    return [outcomes[item.id] for item in items]
 
 
-def answer_item(model, item: Item, folder: Path, settings: RunSettings,
-                progress: Optional[BatchProgress]) -> Outcome:
-    gen = item_generation(item, settings)
-    t0 = time.perf_counter()
-    try:
-        samples, rate = read_item(item, gen)
-        result = model.generate(samples, rate, system_prompt=value(item.system_prompt, settings.system_prompt),
-                                seed=value(item.seed, settings.seed), speaker=value(item.speaker, settings.speaker),
-                                config=gen, progress=progress, tools=settings.tools)
-        wall = time.perf_counter() - t0
-        write_files(folder, answer_files(model, item, settings, samples, rate, gen, result, wall))
-    except VoiceChatError as e:
-        return Outcome(item.id, "failed", reason=str(e).splitlines()[0] if str(e) else type(e).__name__)
-    return Outcome(item.id, "done", frames=result.first_frame + len(result.text_tokens),
-                   input_seconds=len(samples) / rate, wall_seconds=wall)
+def answered(model, run: Running, settings: RunSettings) -> Outcome:
+    """A finished conversation: its files written, its line."""
+    result, wall = run.input.result(), time.perf_counter() - run.t0
+    write_files(run.folder, answer_files(model, run.item, settings, run.samples, run.rate, run.gen, result, wall))
+    return Outcome(run.item.id, "done", frames=result.first_frame + len(result.text_tokens),
+                   input_seconds=len(run.samples) / run.rate, wall_seconds=wall)
+
+
+def failed(item: Item, e: Exception) -> Outcome:
+    return Outcome(item.id, "failed", reason=str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
 def totals(outcomes: Sequence[Outcome], wall_seconds: float) -> dict:

@@ -53,6 +53,10 @@ class TimelineFull(VoiceChatError):
     """A conversation that would pass the session's timeline limit."""
 
 
+class OutputError(VoiceChatError):
+    """An output path that cannot be written (a folder, a FIFO, a read-only place, the input), found before the run."""
+
+
 class ToolError(VoiceChatError):
     """A tool declaration or tool result voicechat cannot use (bad schema, too many tools, unknown call id ...)."""
 

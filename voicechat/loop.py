@@ -13,7 +13,7 @@ import gc
 import hashlib
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -157,30 +157,14 @@ class Model:
     def _answer(self, session: Session, x: np.ndarray, extra: int, fixed: bool) -> Result:
         """The recording ``x`` and ``extra`` samples of silence after it through ``session`` (``fixed``: all of
         them; else until the answer has ended) -> the result."""
-        cfg = self.config
-
-        def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
-            session.feed(samples, cfg.input_sample_rate)
-            session.settle()
-
-        feed(x)
-        # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
-        heard = session.prompt_frames + min(-(-len(x) // cfg.samples_per_input_frame),
-                                            self.encoder_frames(len(x) + extra))
-        if fixed:
-            feed(np.zeros(extra, np.float32))
-            session.flush()
-        else:  # silence, one frame at a time, until the answer has ended; at the bound, the input ends
-            frame = cfg.samples_per_input_frame
-            for i in range(0, extra, frame):
-                start = answer_start(session)
-                if start is not None and answer_finished(session.text, session.position - 1, heard + session.held,
-                                                         cfg.pad_id, cfg.eos_id, start):
-                    break
-                feed(np.zeros(min(frame, extra - i), np.float32))
-            else:
+        recording = OfflineInput(self, session, x, extra, fixed)
+        for piece in recording.pieces():
+            if piece is None:
                 session.flush()
-        return dataclasses.replace(session.result(), input_frames=heard - session.prompt_frames)
+            else:  # offline, a running tool is simply waited for
+                session.feed(piece, self.config.input_sample_rate)
+                session.settle()
+        return recording.result()
 
     def warm_up(self, positions: int = WARM_POSITIONS) -> dict[str, float]:
         """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
@@ -211,6 +195,39 @@ class Model:
     def encoder_frames(self, samples: int) -> int:
         """Timeline positions a recording of ``samples`` gives after the prompt (docs/model.md §1.2 B)."""
         return timeline_frames(self.config.audio, samples)
+
+
+class OfflineInput:
+    """What ``generate`` gives a session, a piece at a time: the recording, then silence: in fixed mode all of it and
+    the end of the input; in app mode 80 ms at a time until the answer has ended, and the end of the input at the
+    bound (docs/model.md §1.2 A). :meth:`pieces` yields each piece once the session has run all the one before
+    allows; None is the end of the input (``flush``). ``generate`` gives them to one session; ``voicechat batch`` to
+    each session of a group (docs/batch.md §1)."""
+
+    def __init__(self, model: "Model", session: Session, x: np.ndarray, extra: int, fixed: bool):
+        self.cfg, self.session, self.x, self.extra, self.fixed = model.config, session, x, extra, fixed
+        # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
+        self.input_frames = min(-(-len(x) // self.cfg.samples_per_input_frame), model.encoder_frames(len(x) + extra))
+
+    def pieces(self) -> Iterator[Optional[np.ndarray]]:
+        cfg, session = self.cfg, self.session
+        yield self.x
+        if self.fixed:
+            yield np.zeros(self.extra, np.float32)
+            yield None
+            return
+        heard = session.prompt_frames + self.input_frames
+        frame = cfg.samples_per_input_frame
+        for i in range(0, self.extra, frame):  # at the bound without an end, the input ends
+            start = answer_start(session)
+            if start is not None and answer_finished(session.text, session.position - 1, heard + session.held,
+                                                     cfg.pad_id, cfg.eos_id, start):
+                return
+            yield np.zeros(min(frame, self.extra - i), np.float32)
+        yield None
+
+    def result(self) -> Result:
+        return dataclasses.replace(self.session.result(), input_frames=self.input_frames)
 
 
 def answer_start(session: Session) -> Optional[int]:

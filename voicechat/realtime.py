@@ -63,7 +63,7 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default
 # 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
 # connection (docs/live.md §3)
 CLOSE_TRY_AGAIN_LATER = 1013
-CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
+CLOSE_POLICY_VIOLATION = 1008  # a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 # A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
@@ -571,7 +571,8 @@ class Connection:
         self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
         self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
         self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
-        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here
+        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
+        self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
 
     async def run(self) -> None:
@@ -596,8 +597,8 @@ class Connection:
         """Close the connection (through the writer) once no audio has come for ``seconds``: it would hold the
         model for nothing. 0: never."""
         loop = asyncio.get_running_loop()
-        while seconds and (left := self.idle_since + seconds - loop.time()) > 0:
-            await asyncio.sleep(left)
+        while seconds and ((left := self.idle_since + seconds - loop.time()) > 0 or self.setting_up):
+            await asyncio.sleep(left if left > 0 else seconds)
         if seconds:
             self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
                                                          "that the model is free for others", kind="server_error"), None)
@@ -642,6 +643,8 @@ class Connection:
                 self.unsent -= item[1]
         except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
             log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
+        except Exception:  # a bug: the connection ends, and the log says why
+            log.error("%s: the writer failed\n%s", self.name, traceback.format_exc())
 
     # ---- receiving ---------------------------------------------------------------------------------------------
     async def read(self) -> None:
@@ -755,13 +758,13 @@ class Connection:
             raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
         except VoiceChatError as e:
             raise ClientEventError("invalid_value", str(e), "session")
-        self.live, self.heard = live, False
+        self.live, self.heard, self.setting_up = live, False, True
         self.server.notify("opened", self.session_id)
         events: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
                          name=f"voicechat-realtime-{self.name}").start()
         self.follower = asyncio.create_task(self.follow(live, events))
-        log.info("%s: live session opened", self.name)
+        log.info("%s: live session %s opened", self.name, self.session_id)
         return True
 
     async def follow(self, live, events: asyncio.Queue) -> None:
@@ -769,8 +772,8 @@ class Connection:
         started = False
         while True:
             event = await events.get()
-            if event.kind in ("queued", "ready"):  # waiting for the model is not idleness: the clock starts again
-                self.idle_since = asyncio.get_running_loop().time()
+            if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
+                self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
             if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
                 self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
@@ -918,30 +921,41 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
-          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
-    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
-    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
-    import socket
+def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None):
+    """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
+    voicechat.group.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
+    ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import tempfile
     import time
 
-    import uvicorn
-
     from . import engine as eng
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if demo:
         loader, name = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), "voicechat-demo"
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model
     engine = eng.Engine(loader, name=name, max_sessions=max_sessions).start()
+    while engine.status().state not in (eng.READY, eng.FAILED):
+        time.sleep(0.1)
+    status = engine.status()
+    if status.state == eng.FAILED:
+        engine.close()
+        raise ServeError(status.message)
+    return engine, name
+
+
+def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
+          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
+    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
+    import socket
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
     try:
-        while engine.status().state not in (eng.READY, eng.FAILED):
-            time.sleep(0.1)
-        if engine.status().state == eng.FAILED:
-            raise ServeError(engine.status().message)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # accepted connections inherit it: what the kernel holds for a client that does not read stays small, so

@@ -403,6 +403,15 @@ class Session:
                 return True
         return bool(self.heard)
 
+    def input_used(self) -> bool:
+        """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
+        voicechat.loop.OfflineInput); not while a running tool holds the conversation."""
+        return not self._ready() and not self.waits_for_tool()
+
+    def waits_for_tool(self) -> bool:
+        """Whether a running tool holds this conversation (:meth:`settle` waits for it)."""
+        return self.tool_channel is not None and self.tool_channel.paused()
+
     def _next_row(self) -> Optional[Row]:
         """The next position's input, taken (:meth:`_ready` said there is one): the prompt's positions first, then
         the heard frames, with a tool exchange's positions in between (the silence embedding, no encoder frame)."""

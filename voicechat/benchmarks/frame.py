@@ -31,6 +31,7 @@ import numpy as np
 from .. import compute
 import mlx.core as mx
 
+from ..files import write_atomically
 from . import count_ops, peak_memory_gb
 from .workload import FRAME, PARAGRAPH, PROMPT, RATE, bench_input, stats, text_id_at
 
@@ -205,7 +206,7 @@ def main(args=None) -> int:
     r = run(args.model, args.frames, args.runs, args.minutes, args.workload)
     print_table(r)
     if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=1))
+        write_atomically(Path(args.json), json.dumps(r, indent=1).encode("utf-8"))
     return 0
 
 
