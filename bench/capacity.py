@@ -22,14 +22,15 @@ from voicechat.benchmarks.workload import stats
 def timed(step, caches, steps: int) -> dict:
     """``step()`` built and evaluated ``steps`` times on the same position (the caches' offsets put back each time),
     after one untimed call (tracing)."""
-    offsets = [c.offset for c in caches]
+    name = lambda c: "offset" if isinstance(c, KVCache) else "offsets"  # noqa: E731  (a group's caches: per row)
+    offsets = [getattr(c, name(c)) for c in caches]
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
         mx.eval(step())
         times.append(time.perf_counter() - t0)
         for c, offset in zip(caches, offsets):
-            c.offset = offset
+            setattr(c, name(c), offset)
     return stats(times[1:])
 
 

@@ -38,13 +38,13 @@ def test_voicechat_bench_reports_offline_and_session_frames(tmp_path):
 def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     """``voicechat bench --sessions``: every count's row in the JSON, each from ticks of all its conversations; a
     count below 1 is a usage error."""
-    out = run("-m", "voicechat", "bench", "--model", TINY, "--sessions", "1,3", "--frames", 4, "--json",
+    out = run("-m", "voicechat", "bench", "--model", TINY, "--sessions", "1,3", "--frames", 20, "--json",
               tmp_path / "s.json")
     assert "largest N with tick p95" in out
     r = json.loads((tmp_path / "s.json").read_text())
     assert [row["sessions"] for row in r["rows"]] == [1, 3]
     assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["join"]["n"] == row["sessions"]
-               and row["nodes_per_tick"] > 0 for row in r["rows"])
+               and row["graph_nodes_per_tick"] > 0 for row in r["rows"])
     bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "at least 1" in bad.stderr
@@ -56,6 +56,7 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     (["bench.frame_split", TINY, "--frames", 3, "--nodes"], "async_eval"),
     (["bench.split", "--model", TINY], "session frame (80 ms feed)"),
     (["bench.kernels", "--steps", 3, "--evaluations", 1], "feed-forward pair"),
+    (["bench.perception_rows", TINY, "--sessions", "1,3", "--ticks", 3], "rows nodes"),
     (["bench.side_by_side", "--worker", "--ckpt", TINY, "--frames", 4, "--runs", 1], '"engine": "voicechat"'),
 ], ids=lambda v: v if isinstance(v, str) and v.startswith("bench.") else None)
 def test_lab_benchmark_runs_on_the_tiny_model(args, says):
