@@ -172,7 +172,7 @@ def load_model(a: argparse.Namespace, scratch: Path):
 def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     from .audio import check_recording, read_audio, wav_bytes
     from .limits import checked_prompt, checked_seed
-    from .engine import make_answer
+    from .answer import make_answer
     from .live import terminal_text
     from .result import conversation_json
 
