@@ -2,9 +2,9 @@
 ``python -m bench.frame_split MODEL [--frames N] [--nodes]``.
 
 Per position of a session fed 80 ms at a time (speech workload; the first 60 positions left out): graph building
-(``Session._step``, Python), ``mx.async_eval`` (MLX's graph walk and kernel launches; on the CPU it also waits for most
-of the work), the host side of a finished position (``Session._finish``) and the whole ``feed`` call. ``--nodes``
-adds the graph nodes of one position by primitive. bench/runs/h200-2026-12-01-launch-settings.txt used it.
+(``SessionGroup._build``, Python), ``mx.async_eval`` (MLX's graph walk and kernel launches; on the CPU it also waits for
+most of the work), the host side of a finished position (``SessionGroup._finish``) and the whole ``feed`` call.
+``--nodes`` adds the graph nodes of one position by primitive. bench/runs/h200-2026-12-01-launch-settings.txt used it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 import mlx.core as mx
 
+from voicechat.group import SessionGroup
 from voicechat.session import Session
 from voicechat.benchmarks import op_histogram
 from voicechat.benchmarks.frame import speech_script
@@ -24,47 +25,50 @@ from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input
 SKIPPED = 60  # positions before the measured ones (prompt, caches filling)
 
 
-class TimedSession(Session):
-    """A Session whose frame loop records how long each part of each position took, and one position's nodes."""
+class TimedGroup(SessionGroup):
+    """A group of one whose frame loop records how long each part of each position took, and one position's
+    nodes."""
 
-    def __init__(self, model, script):
+    def __init__(self, model):
+        super().__init__(model, 1)
         self.split, self.nodes = defaultdict(list), None
-        super().__init__(model, PROMPT, 0, script=script)
 
-    def _step(self, *args):
+    def _build(self):
         t0 = time.perf_counter()
-        step = super()._step(*args)
+        tick = super()._build()
         self.split["build"].append(time.perf_counter() - t0)
-        if self.nodes is None and self.position >= SKIPPED:
-            self.nodes = op_histogram(*step.arrays)
-        t0 = time.perf_counter()
-        mx.async_eval(step.arrays)  # here, to time it; _run's own call then finds it scheduled
-        self.split["async_eval"].append(time.perf_counter() - t0)
-        return step
+        if tick is not None and self.nodes is None and tick.rows[0][1].t >= SKIPPED:
+            self.nodes = op_histogram(*tick.arrays)
+        return tick
 
-    def _finish(self, step):
+    def _queue(self, tick):
         t0 = time.perf_counter()
-        frame = super()._finish(step)
+        super()._queue(tick)
+        self.split["async_eval"].append(time.perf_counter() - t0)
+
+    def _finish(self, tick):
+        t0 = time.perf_counter()
+        super()._finish(tick)
         self.split["finish"].append(time.perf_counter() - t0)
-        return frame
 
 
 def run(model_spec: str, frames: int) -> tuple[dict, object]:
     from voicechat import load
 
     model = load(model_spec)
-    session = TimedSession(model, speech_script(model, model.prompt_length(PROMPT)))
+    group = TimedGroup(model)
+    session = Session(model, PROMPT, 0, script=speech_script(model, model.prompt_length(PROMPT)), group=group)
     x = bench_input(frames + SKIPPED)
     step = round(FRAME * RATE)
     feeds = []
     for i in range(0, len(x) - step + 1, step):
         if i // step == SKIPPED:
-            session.split.clear()
+            group.split.clear()
             feeds.clear()
         t0 = time.perf_counter()
         session.feed(x[i:i + step], RATE)
         feeds.append(time.perf_counter() - t0)
-    return {**session.split, "feed": feeds}, session.nodes
+    return {**group.split, "feed": feeds}, group.nodes
 
 
 def main() -> None:

@@ -60,13 +60,13 @@ class ScriptedCall:
         return start, end, end + 1 + self.response_positions
 
     def generate(self, audio, sample_rate=None, system_prompt="", seed=0, speaker=None, config=None, progress=None,
-                 tools=()):
+                 tools=(), group=None):
         self.asked.append(dict(system_prompt=system_prompt, tools=tuple(tools)))
         start, _, response_end = self.layout(system_prompt, tools)
         ids = {start + i: f for i, f in enumerate(self.call_ids)} | {response_end: self.eotr}
         pad = self.model.config.pad_id
         result = self.model._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
-                                      script=lambda t: (None, ids.get(t, pad)))
+                                      script=lambda t: (None, ids.get(t, pad)), group=group)
         self.results.append(result)
         return result
 

@@ -35,6 +35,21 @@ def test_voicechat_bench_reports_offline_and_session_frames(tmp_path):
     assert r["offline"] and r["session"] and r["ops_per_frame"]["total"] > 0
 
 
+def test_voicechat_bench_sessions_reports_each_count(tmp_path):
+    """``voicechat bench --sessions``: every count's row in the JSON, each from ticks of all its conversations; a
+    count below 1 is a usage error."""
+    out = run("-m", "voicechat", "bench", "--model", TINY, "--sessions", "1,3", "--frames", 4, "--json",
+              tmp_path / "s.json")
+    assert "largest N with tick p95" in out
+    r = json.loads((tmp_path / "s.json").read_text())
+    assert [row["sessions"] for row in r["rows"]] == [1, 3]
+    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["join"]["n"] == row["sessions"]
+               and row["nodes_per_tick"] > 0 for row in r["rows"])
+    bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr
+
+
 @pytest.mark.parametrize("args, says", [
     (["bench.capacity", TINY, "--steps", 2], "LLM decode"),
     (["bench.cold_start", TINY, "--frames", 3], "start to the end of the first answer"),
@@ -86,5 +101,5 @@ def test_the_wheel_carries_no_lab_code(tmp_path):
     package = [n for n in names if ".dist-info/" not in n]
     assert all(n.startswith("voicechat/") for n in package), [n for n in package if not n.startswith("voicechat/")]
     assert sorted(Path(n).name for n in package if n.startswith("voicechat/benchmarks/")) == [
-        "__init__.py", "frame.py", "peers.py", "workload.py"]
+        "__init__.py", "frame.py", "peers.py", "sessions.py", "workload.py"]
     assert not [n for n in package if n.endswith((".sh", ".log", ".json", ".txt"))]

@@ -230,7 +230,8 @@ def test_a_huge_prompt_is_one_line_not_a_crash(tmp_path):
     """100 KB of instructions made the prefill ask for tens of GB (exit 139); a prompt within the character cap
     but past MAX_PROMPT_POSITIONS is refused once the tokenizer has counted it, before any model work."""
     for prompt, words in [("y" * 100_000, "the system prompt has 100000 characters"),
-                          ("x " * 3000, "the system prompt takes 6002 timeline positions; the limit is 2048")]:
+                          ("x " * 3000, "the system prompt takes 6002 timeline positions; the limit is 2048"),
+                          (b"caf\xe9 latin-1", "the system prompt is not valid text: character 3")]:
         p = run_cli("generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio",
                     str(tmp_path / "a.wav"), "--quiet", "--system-prompt", prompt, cwd=tmp_path)
         assert p.returncode == 2 and p.stdout == "", p.stderr
@@ -282,3 +283,18 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.splitlines()[-1] == f"error: could not write {answer} (File too large); nothing was written there"
     assert answer.read_bytes() == b"the previous answer" and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_live_outputs_are_checked_before_the_model_loads(tmp_path):
+    recording = tmp_path / "q.wav"
+    recording.write_bytes(HARNESS_WAV.read_bytes())
+    (tmp_path / "a-file").write_text("")
+    for args, words in [(["--output-file", str(recording)], "--output-file and --input-file are the same file"),
+                        (["--output-file", "/dev/full"], "--output-file /dev/full is not a regular file"),
+                        (["--output-file", "o.wav", "--save", str(tmp_path / "a-file")],
+                         "is not a folder; give a folder for the files"),
+                        (["--output-file", "o.wav", "--save", "/proc/voicechat/saved"],
+                         "--save /proc/voicechat/saved: cannot write in /proc")]:
+        p = run_cli("live", "--model", "no model", "--input-file", str(recording), "--fast", *args, cwd=tmp_path)
+        assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert recording.read_bytes() == HARNESS_WAV.read_bytes()

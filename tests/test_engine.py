@@ -103,7 +103,12 @@ class ScriptedModel:
             out[f * hop:end] += burst[: end - f * hop]
         return out
 
-    def generate(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None):
+    def sessions(self, max_sessions):
+        """The engine's group (it only passes it back to ``generate``: this stand-in has no live conversations)."""
+        return ("group", max_sessions)
+
+    def generate(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None,
+                 group=None):
         self.threads.add(threading.get_ident())
         self.calls.append(dict(system_prompt=system_prompt, seed=seed, config=config, sample_rate=sample_rate))
         t0 = time.perf_counter()
@@ -567,3 +572,48 @@ def wait_until(predicate, timeout: float = 60.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_live_conversations_and_a_recording_step_together_each_as_alone(demo_dir):
+    """``max_sessions=2``: two live conversations at once while a recording runs; a third live one is refused. Each
+    live conversation's frames and the recording's answer equal the same work done alone; the recording started
+    before the live conversations had ended (it stepped with them)."""
+    import soundfile as sf
+    import voicechat
+
+    x, _ = sf.read(QUESTION, dtype="float32")
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo", max_sessions=2).start()
+    try:
+        lives = [engine.open_live(eng.LiveRequest(system_prompt=p, seed=i)) for i, p in enumerate(["Be brief.", ""])]
+        with pytest.raises(eng.EngineBusy, match="2 live conversations are already running"):
+            engine.open_live(eng.LiveRequest())
+        assert all(live_events(live, until=eng.READY)[-1].kind == eng.READY for live in lives)
+        for live in lives:
+            live.send(x[:1280 * 5], 16000)
+        job = engine.submit(eng.Request(x[::-1].copy(), 16000, system_prompt="Hi.", seed=5))
+        started = job.next_event(60.0)
+        while started.kind != eng.STARTED:
+            started = job.next_event(60.0)
+        for i in range(5, len(x) // 1280):  # the rest in 80 ms pieces while the recording runs
+            for live in lives:
+                live.send(x[1280 * i:1280 * (i + 1)], 16000)
+        for live in lives:
+            live.flush()
+        answer = [e for e in job if e.terminal][-1]
+        events = [live_events(live) for live in lives]
+    finally:
+        engine.close()
+    assert answer.kind == eng.DONE
+    m = voicechat.load(demo_dir, offline=True)
+    alone = m.generate(x[::-1].copy(), 16000, system_prompt="Hi.", seed=5)
+    assert np.array_equal(answer.answer.result.audio_codes, alone.audio_codes)
+    assert np.array_equal(answer.answer.result.text_tokens, alone.text_tokens)
+    assert np.abs(answer.answer.result.audio - alone.audio).max() <= 1e-5
+    for (prompt, seed), evs in zip([("Be brief.", 0), ("", 1)], events):
+        frames = [f for e in evs if e.kind == eng.FRAMES for f in e.frames]
+        s = m.session(prompt, seed=seed)
+        direct = s.feed(x[:1280 * (len(x) // 1280)], 16000) + s.flush()
+        assert [f.position for f in frames] == [f.position for f in direct]
+        assert [f.text_id for f in frames] == [f.text_id for f in direct]
+        assert np.array_equal(np.stack([f.codes for f in frames]), np.stack([f.codes for f in direct]))
+        assert eng.ERROR not in [e.kind for e in evs]

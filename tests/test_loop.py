@@ -13,7 +13,7 @@ from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, Cancelled, GenerationConfig
 from voicechat.loop import QUIET_FRAMES_AFTER_ANSWER, answer_finished
-from voicechat.session import sample_text_token
+from voicechat.group import sample_text_tokens
 
 pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
 
@@ -197,7 +197,10 @@ def test_text_sampling_rules():
 
     def sample(logits, history, gen, key=mx.random.key(0)):
         seen = mx.array([i in history and i not in (1, 2, 12) for i in range(vocab)])
-        return sample_text_token(logits, mx.argmax(logits), seen, specials, gen, key).item()
+        row = lambda v: mx.array([[v]], mx.float32)  # noqa: E731  (one row, its own settings)
+        return sample_text_tokens(logits[None], mx.argmax(logits)[None], seen[None], specials,
+                                  row(gen.text_temperature), row(gen.text_repetition_penalty), row(gen.text_top_p),
+                                  key[None], gen.text_repetition_penalty != 1.0, gen.text_top_p < 1.0).item()
 
     logits = mx.array([0.0, 0.0, 0.0, 5.0, 4.9, -3.0] + [0.0] * 10)
     assert sample(logits, [], GenerationConfig()) == 3

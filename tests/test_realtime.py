@@ -92,7 +92,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("serve"))
+    s = Server(tmp_path_factory.mktemp("serve"), "--max-sessions", "1")  # one conversation at a time
     yield s
     s.stop()
 
@@ -631,7 +631,7 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
 @pytest.fixture
 def fresh_server(tmp_path):
     """A server of its own: the memory it measures is not what earlier tests left (15 MiB appends, ...)."""
-    s = Server(tmp_path)
+    s = Server(tmp_path, "--max-sessions", "1")
     yield s
     s.stop()
 
@@ -790,7 +790,19 @@ class Scripted:
         turn = [BOS, *ids, EOS]
         return turn[offset - start] if start <= offset < start + len(turn) else PAD
 
-    def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=()):
+    def sessions(self, max_sessions):
+        """The engine's group: its conversations follow the script too."""
+        from voicechat.group import SessionGroup
+
+        scripted = self
+
+        class Group(SessionGroup):
+            def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=()):
+                return scripted.session(system_prompt, seed, speaker, config, tools, group=self)
+
+        return Group(self.model, max_sessions)
+
+    def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=(), group=None):
         from test_tools import ScriptedHead
 
         head = ScriptedHead(self.model.tokenizer, self.calls)
@@ -802,7 +814,7 @@ class Scripted:
                 return self.text_id(t - head.session.prompt_frames), None
             return None, head.function_id()
 
-        head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script)
+        head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script, group=group)
         return head.session
 
 
@@ -1140,11 +1152,13 @@ def test_a_client_that_does_not_read_is_dropped_and_the_next_one_is_served(stric
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # what the kernel reads for it stays small
         ws = await connect(server.ws_url, sock=sock, max_queue=1)  # reads 1 message, then nothing
         await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": PROMPT}}))
-        for _ in range(600):  # 10 minutes of audio at most, as fast as the server takes it
+        for _ in range(120):  # two minutes of audio, as fast as the server takes it: far more answer than the bound
             await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
             await asyncio.sleep(0.05)
             if "does not read" in server.log_text()[mark:]:
                 break
+        # the client stays (and reads nothing) until the server has dropped it, however slow the machine is
+        await asyncio.to_thread(server.wait_for_log, "closed: the client does not read", mark)
         ws.transport.abort()
 
     server.wait_idle()
@@ -1160,3 +1174,87 @@ def test_serve_refuses_a_port_out_of_range_in_one_line():
                        text=True, timeout=60, cwd=Path(__file__).parent.parent)
     assert p.returncode == 2 and p.stderr == ("error: --port 70000 is not a TCP port: give one of 1-65535 (0 picks a "
                                               "free one)\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# several conversations at once on one model (docs/batching.md)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server4(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve4"), "--max-sessions", "4")
+    yield s
+    s.stop()
+
+
+def test_health_says_ready_and_the_sessions_open(server4):
+    import urllib.request
+
+    with urllib.request.urlopen(server4.base_url.removesuffix("/v1") + realtime.HEALTH_PATH, timeout=TIMEOUT) as r:
+        assert r.status == 200
+        assert json.loads(r.read()) == {"ready": True, "state": "ready", "sessions": 0, "max_sessions": 4}
+
+
+def test_four_clients_at_once_each_get_their_solo_conversation(server4, tiny_model):
+    """Four SDK clients stream different audio at the same time with different instructions; each one's ids and
+    codes are those of its conversation run alone here. A fifth gets server_busy (1013); once a client that held a
+    slot vanishes mid-frame, the next connection is admitted."""
+    _, pcm = pcm16_24k(WAV)
+    sounds = [np.concatenate([np.roll(pcm, 3000 * i), np.zeros(realtime.RATE // 2, np.int16)]) for i in range(3)]
+    prompts = ["Be brief.", "", "Talk like a pirate."]
+    plans = [[s[j:j + CHUNK] for j in range(0, len(s), CHUNK)] for s in sounds]
+
+    def alone(prompt, chunks):
+        session = tiny_model.session(system_prompt=prompt)
+        return [f for chunk in chunks for f in session.feed(chunk, realtime.RATE)]
+
+    expected = [alone(p, c) for p, c in zip(prompts, plans)]
+    port = int(re.search(r":(\d+)/", server4.ws_url).group(1))
+    server4.wait_idle()
+    mark = server4.mark()
+
+    async def talk(prompt, chunks, last, release):
+        conn = await client(server4).realtime.connect(model=MODEL, extra_query={"voicechat_frames": "1"}).enter()
+        try:
+            assert (await receive(conn))["type"] == "session.created"
+            await conn.session.update(session={"type": "realtime", "instructions": prompt})
+            events = await receive_until(conn, "session.updated")
+            for chunk in chunks:
+                await conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
+                await asyncio.sleep(0)  # the clients' appends interleave
+            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == last):
+                events.append(await receive(conn))
+            await release.wait()  # its slot stays taken until the fifth client has been refused
+            return [e for e in events if e["type"] == "voicechat.frame"]
+        finally:
+            await close(conn)
+
+    async def scenario():
+        held = handshake(port)  # the fourth slot: a client that will vanish mid-frame
+        server4.wait_for_log("127.0.0.1: open", mark)
+        release = asyncio.Event()
+        runs = [asyncio.create_task(talk(p, c, e[-1].position, release)) for p, c, e in zip(prompts, plans, expected)]
+        while server4.log_text()[mark:].count("127.0.0.1: open\n") < 4:
+            await asyncio.sleep(0.05)
+        async with client(server4).realtime.connect(model=MODEL) as fifth:
+            assert (await expect_error(fifth, "server_busy"))["type"] == "server_error"
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(fifth.recv_bytes(), TIMEOUT)
+            assert closed.value.rcvd.code == realtime.CLOSE_TRY_AGAIN_LATER
+        held.sendall(bytes([0x81, 0x80 | 126]) + struct.pack(">H", 1000) + os.urandom(4) + b"x" * 10)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no goodbye
+        held.close()
+        vanished = re.match(r".*(connection \d+ from \S+): the client vanished without a close frame",
+                            server4.wait_for_log("the client vanished without a close frame", mark)).group(1)
+        server4.wait_for_log(f"{vanished}: closed", mark)
+        async with client(server4).realtime.connect(model=MODEL) as next_one:  # its slot is free again
+            assert (await receive(next_one))["type"] == "session.created"
+        release.set()
+        return await asyncio.gather(*runs)
+
+    got = run(scenario())
+    for frames, solo in zip(got, expected):
+        assert [f["position"] for f in frames] == [f.position for f in solo]
+        assert [f["text_id"] for f in frames] == [f.text_id for f in solo]
+        assert [f["function_id"] for f in frames] == [f.function_id for f in solo]
+        assert all(f["codes"] == e.codes.tolist() for f, e in zip(frames, solo))
+    server4.wait_idle()

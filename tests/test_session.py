@@ -301,10 +301,11 @@ def test_a_bfloat16_model_keeps_bfloat16_state(release_model):
     llm = m.config.llm
     ssm_shape = (1, llm.mamba_num_heads, llm.mamba_head_dim, llm.ssm_state_size)
     assert {a.dtype for a in s.listener.arrays()} == {mx.bfloat16}
-    assert {a.dtype for a in s.codec.histories} == {mx.bfloat16}
-    assert {a.dtype for a in (s.codec.pending, s.codec.pending_envelope)} == {mx.float32}
-    floats = [a for a in s.lm_state.arrays if mx.issubdtype(a.dtype, mx.floating)]
+    codec = s.group.codec  # a lone session is a group of one: its state is the group's row 0
+    assert {a.dtype for a in codec.histories} == {mx.bfloat16}
+    assert {a.dtype for a in (codec.pending, codec.pending_envelope)} == {mx.float32}
+    floats = [a for a in s.group.lm.arrays if mx.issubdtype(a.dtype, mx.floating)]
     assert {a.dtype for a in floats if a.shape != ssm_shape} == {mx.bfloat16}
     assert {a.dtype for a in floats if a.shape == ssm_shape} == {mx.float32}
-    assert {a.dtype for a in s.tts_state.arrays() if mx.issubdtype(a.dtype, mx.floating)} == {mx.bfloat16}
+    assert {a.dtype for a in s.group.tts_state.arrays() if mx.issubdtype(a.dtype, mx.floating)} == {mx.bfloat16}
     assert s.feed(np.zeros(1280, np.float32), 16000)[0].audio.dtype == np.float32  # what the caller gets

@@ -232,3 +232,40 @@ def test_record_and_run_plays_the_answer_while_it_is_generated(served, browser):
     answer = len(model.script(EXAMPLE_FRAMES)[0]) * model.HOP  # the stand-in's answer.wav, in samples
     assert stats["received"] == stats["played"] + stats["queued"] == answer and stats["dropped"] == 0
     page.context.close()
+
+
+@pytest.fixture(scope="module")
+def demo_app_two(tmp_path_factory):
+    """`python app.py --demo --max-sessions 2`, on a free port of this process."""
+    engine = eng.Engine(eng.demo_model(tmp_path_factory.mktemp("demo-model-2")), name="tiny random-weight demo model",
+                        max_waiting=app.MAX_WAITING, max_sessions=2).start()
+    outputs = tmp_path_factory.mktemp("live-outputs-2")
+    demo = app.build_app(engine, outputs=outputs, demo_mode=True)
+    app.launch(demo, outputs, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    yield demo.local_url.rstrip("/")
+    demo.close()
+    engine.close()
+
+
+def test_two_visitors_talk_live_at_once(demo_app_two, browser):
+    """With room for two conversations, two visitors press Start: both are live at once, both hear an answer
+    (samples received and played while the other talks), and neither is told the model is busy."""
+    url = demo_app_two
+    pages = [open_tab(browser, url), open_tab(browser, url)]
+    for page in pages:
+        wait_ready(page)
+    for page in pages:
+        page.locator("#live-prompt").fill("")  # no prompt positions to run before the first answer frame
+        page.locator("#live-start").click()
+    for page in pages:
+        expect(page.locator("#live-status")).to_contain_text("Live: talk now", timeout=TIMEOUT)
+    for page in pages:
+        wait_stat(page, "sent-samples", 3 * RATE)  # three seconds each, at the same time
+        wait_stat(page, "played-samples", 0)
+    for page in pages:  # both still live together: the second did not wait for the first
+        expect(page.locator("#live-status")).to_contain_text("Live: talk now")
+        assert stat(page, "received-samples") > 0 and stat(page, "frames") > 0
+    for page in pages:
+        page.locator("#live-stop").click()
+        expect(page.locator("#live-status")).to_contain_text("Stopped")
+        page.context.close()

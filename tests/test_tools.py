@@ -700,9 +700,9 @@ class LLMInputs:
     def __enter__(self):
         self.real = lm.step
 
-        def step(stt, cfg, state, audio, prev_text, prev_func):
+        def step(stt, cfg, state, audio, prev_text, prev_func, active=None):
             self.rows.append((np.array(audio[0]), int(prev_text.item()), int(prev_func.item())))
-            return self.real(stt, cfg, state, audio, prev_text, prev_func)
+            return self.real(stt, cfg, state, audio, prev_text, prev_func, active)
 
         lm.step = step
         return self

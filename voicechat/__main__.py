@@ -1,4 +1,4 @@
-"""Command line: ``voicechat generate | download | bench | serve | live`` (installed with the package; the same as
+"""Command line: ``voicechat generate | batch | download | bench | serve | live`` (installed with the package; the same as
 ``python -m voicechat ...``).
 
 Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
-from .errors import AudioInputError, ToolError, VoiceChatError, command_name
-from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range
+from .errors import AudioInputError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
+from .files import checked_folder, checked_output, distinct_files, write_atomically
+from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 
 
 class UsageError(Exception):
@@ -74,58 +73,6 @@ def input_file(path: str) -> Path:
     return p
 
 
-def output_file(path: Optional[str], option: str) -> Optional[Path]:
-    """An output path checked before the long run: a regular file or a new name (never a folder, FIFO or device) in a
-    folder where a file can be created now (a read-only file system is found here, not after the run)."""
-    if path is None:
-        return None
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise UsageError(f"{option} {path} is a folder; give a file name in it")
-    if not p.parent.is_dir():
-        raise UsageError(f"{option} {path}: the folder {p.parent} does not exist; create it first")
-    if p.exists() and not p.is_file():
-        raise UsageError(f"{option} {path} is not a regular file (a FIFO, device or socket); give a file name")
-    try:
-        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise UsageError(f"{option} {path}: cannot write in {p.parent} ({e.strerror})") from None
-    return p
-
-
-def distinct_files(named: dict) -> None:
-    """No output may be the input or another output (same path, or the same file by another name)."""
-    seen: dict = {}
-    for option, p in named.items():
-        if p is None:
-            continue
-        key = p.resolve()
-        for other, q in seen.items():
-            if key == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q)):
-                raise UsageError(f"{option} and {other} are the same file ({p}); give {option} another name")
-        seen[option] = p
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, renamed over ``path`` only once all of it is written: a full
-    disk or an interrupted run never leaves a half-written file, nor destroys the one that was there."""
-    tmp = None
-    try:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
-            tmp = Path(f.name)
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise VoiceChatError(f"could not write {path} ({e.strerror}); nothing was written there") from None
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise
-
-
 def default_answer_file(recording: Path) -> Path:
     """``<recording name>-answer.wav`` in the current folder, numbered so that no file is overwritten."""
     names = (f"{recording.stem}-answer{'' if n == 1 else f'-{n}'}.wav" for n in itertools.count(1))
@@ -170,15 +117,14 @@ def load_model(a: argparse.Namespace, scratch: Path):
 
 
 def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
-    from .audio import check_recording, read_audio, wav_bytes
-    from .limits import checked_prompt, checked_seed
     from .answer import make_answer
+    from .audio import check_recording, read_audio, write_wav
     from .live import terminal_text
     from .result import conversation_json
 
     recording = input_file(a.audio)
-    answer_file = output_file(a.output_audio, "--output-audio") or default_answer_file(recording)
-    json_file = output_file(a.json, "--json")
+    answer_file = checked_output(a.output_audio, "--output-audio") or default_answer_file(recording)
+    json_file = checked_output(a.json, "--json")
     distinct_files({"--audio": recording, "--output-audio": answer_file, "--json": json_file})
     gen = generation_config(a)
     checked_seed(a.seed)
@@ -204,7 +150,7 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     if result.function_text.strip():
         print(f"[function] {terminal_text(result.function_text.strip())}")
     print_tool_calls(result)
-    write_atomically(answer_file, wav_bytes(result.audio, result.sample_rate))
+    write_wav(answer_file, result.audio, result.sample_rate)
     print(f"wrote {answer_file} ({result.seconds:.2f} s at {result.sample_rate} Hz)", file=sys.stderr)
     if json_file:
         record = conversation_json(make_answer(model, result, wall), source="cli", model=a.model, demo_model=a.demo,
@@ -216,6 +162,58 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     return 0
 
 
+def cmd_batch(a: argparse.Namespace) -> int:
+    """``voicechat batch``: everything about the test set and the output folder is checked before the model loads."""
+    from .batch import BatchProgress, RunSettings, find_items, prepare_output, run_batch, summary_text
+    from .limits import checked_prompt, checked_seed
+
+    if a.sessions < 1:
+        raise UsageError(f"--sessions {a.sessions}: give 1 or more")
+    source, out = Path(a.input).expanduser(), Path(a.out).expanduser()
+    fmt, items = find_items(source, a.format)
+    if fmt == "fdb" and (a.extra_seconds is not None or a.reference):
+        raise UsageError("a Full-Duplex-Bench answer is the input's own timeline: --extra-seconds and --reference "
+                         "do not apply")
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
+    settings = RunSettings(model="voicechat-demo" if a.demo else a.model, demo_model=a.demo, format=fmt,
+                           system_prompt=a.system_prompt, seed=a.seed, speaker=a.speaker,
+                           generation=generation_config(a), tools=chosen_tools(a))
+    prepare_output(out, settings, source)
+    print(f"{len(items)} items ({fmt}) -> {out}", file=sys.stderr)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
+        model = load_model(a, Path(scratch))
+        print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        bar = None if a.quiet else BatchProgress(len(items))
+        t0 = time.perf_counter()
+        try:
+            outcomes = run_batch(model, items, out, settings, a.sessions, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+    print(summary_text(outcomes, time.perf_counter() - t0, out))
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
+
+def add_batch_parser(sub) -> None:
+    from .batch import FORMATS
+
+    b = sub.add_parser("batch", help="answer a folder, a JSONL manifest or a Full-Duplex-Bench root into one output "
+                                     "folder, resumably (docs/batch.md)")
+    b.add_argument("input", help="a folder of recordings (searched recursively), a JSONL manifest (one object per "
+                                 "line: audio, and optional id, system_prompt, seed, speaker, extra_seconds) or a "
+                                 "Full-Duplex-Bench root ({ID}/input.wav)")
+    b.add_argument("--out", required=True, help="output folder: run.json, summary.jsonl and items/{ID}/; running the "
+                                                "same command again skips the items already complete")
+    b.add_argument("--format", choices=FORMATS, help="what INPUT is (default: detected)")
+    b.add_argument("--sessions", type=int, default=1, help="conversations stepped together in one frame step "
+                                                           "(default 1; docs/batching.md)")
+    add_model_arguments(b)
+    add_answer_arguments(b)
+    b.set_defaults(func=cmd_batch)
+
+
 def cmd_download(a: argparse.Namespace) -> int:
     from .checkpoint import resolve_checkpoint
 
@@ -224,9 +222,13 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
+    checked_output(a.json, "--json")
+    if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
+        from .benchmarks.sessions import main as sessions_main
+
+        return sessions_main(a)
     from .benchmarks.frame import main as bench_main
 
-    output_file(a.json, "--json")
     return bench_main(a)
 
 
@@ -241,9 +243,33 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
                          "(or pip install \"voicechat[app]\")") from None
-    serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
-          idle_seconds=a.idle_timeout)
+    if a.max_sessions is not None and a.max_sessions < 1:
+        raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
+    if not a.ray:
+        for option in ("address", "replicas", "gpus_per_replica", "replicas_per_node"):
+            if getattr(a, option) is not None:
+                raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
+        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+              idle_seconds=a.idle_timeout, max_sessions=a.max_sessions)
+        return 0
+    try:
+        from .deploy import ArgumentError, run
+    except ImportError as e:
+        raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
+    try:
+        run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
+            api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
+            max_sessions=default(a.max_sessions, 1), gpus_per_replica=default(a.gpus_per_replica, 0.0),
+            replicas_per_node=a.replicas_per_node)
+    except ArgumentError as e:
+        raise UsageError(str(e)) from None
     return 0
+
+
+def default(value, otherwise):
+    """An option's value, or ``otherwise`` when it was not given (the Ray options default to None: without --ray,
+    giving one is an error)."""
+    return otherwise if value is None else value
 
 
 def check_port(port: int) -> None:
@@ -271,6 +297,20 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
                    help=f"close a connection that sends no audio for this long (default {DEFAULT_IDLE_SECONDS:g}; "
                         "0 = never)")
+    s.add_argument("--max-sessions", type=int, default=None, metavar="N",
+                   help="conversations stepped together on the model at once; one more gets server_busy "
+                        "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
+    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")",
+                             "with --ray, --max-sessions is each replica's, 1 unless given: Ray needs it before the "
+                             "models load")
+    r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
+    r.add_argument("--address", help="the Ray cluster to deploy on (e.g. ray://head:10001 or head:6379; default: "
+                                     "start a local cluster and stop it on exit)")
+    r.add_argument("--replicas", type=int, help="replicas of the model, each with its own engine (default 1)")
+    r.add_argument("--gpus-per-replica", type=float, help="GPUs Ray reserves for each replica (default 0: none, as "
+                                                          "on a Mac or a CPU host; 1 on a CUDA host)")
+    r.add_argument("--replicas-per-node", type=int, help="at most this many replicas on one Ray node (e.g. 1 on "
+                                                         "Macs: one model per machine)")
     s.set_defaults(func=cmd_serve)
 
 
@@ -289,6 +329,12 @@ def cmd_live(a: argparse.Namespace) -> int:
         raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
+    output = checked_output(a.output_file, "--output-file")
+    distinct_files({"--input-file": a.input_file and Path(a.input_file), "--output-file": output})
+    if a.save:
+        checked_folder(a.save, "--save")
+    checked_seed(a.seed)
+    checked_prompt(a.system_prompt)
     options = LiveOptions(
         model=a.model, demo=a.demo, system_prompt=a.system_prompt, seed=a.seed, tools=chosen_tools(a),
         input_device=a.input_device, output_device=a.output_device, save=a.save and Path(a.save),
@@ -332,21 +378,11 @@ def add_live_parser(sub) -> None:
     v.set_defaults(func=cmd_live)
 
 
-def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
-    sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="answer one recording")
-    add_model_arguments(g)
-    g.add_argument("--audio", required=True,
-                   help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
-    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
-                                          "<recording name>-answer.wav in the current folder)")
+def add_answer_arguments(g: argparse.ArgumentParser) -> None:
+    """How a recording is answered: prompt, seed, voice, tools, timeline and sampling (generate and batch)."""
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
-    g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
-                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
-                                  "conversation.json)")
     g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
                                                          "calculator, unit conversion)")
     g.add_argument("--tools-module", metavar="PATH.py",
@@ -368,7 +404,23 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     g.add_argument("--turn-markers", action="store_true", help="NVIDIA's <|t|> / <$t$> turn markers in the text")
     g.add_argument("--tokenizer", help="tokenizer.json to use when the checkpoint ships none")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="answer one recording")
+    add_model_arguments(g)
+    g.add_argument("--audio", required=True,
+                   help="input recording (WAV, FLAC, OGG, MP3, M4A/AAC, Opus, WebM, ...; any rate and channels)")
+    g.add_argument("--output-audio", help="write the spoken answer here (22.05 kHz mono 16-bit WAV; default: "
+                                          "<recording name>-answer.wav in the current folder)")
+    g.add_argument("--json", help="write the conversation record here: transcript, texts, words with their frames, "
+                                  "per-frame token ids and codes, settings, timings, tool calls (the app's "
+                                  "conversation.json)")
+    add_answer_arguments(g)
     g.set_defaults(func=cmd_generate)
+    add_batch_parser(sub)
     d = sub.add_parser("download", help="fetch a checkpoint into the Hugging Face cache and print its directory")
     d.add_argument("repo", nargs="?", default=DEFAULT_MODEL,
                    help="repo id; supported: " + ", ".join(SUPPORTED_CHECKPOINTS))
@@ -376,7 +428,12 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="per-frame speed of a checkpoint, offline and streaming (voicechat/benchmarks/frame.py)")
     from .benchmarks.frame import add_arguments
 
+    from .benchmarks.sessions import session_counts
+
     add_arguments(b)
+    b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
+                   help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
+                        "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     add_live_parser(sub)
@@ -394,7 +451,7 @@ def main(argv=None) -> int:
         return 0 if e.code == 0 else 2
     try:
         return args.func(args)
-    except (UsageError, AudioInputError, ToolError, SettingError) as e:
+    except (UsageError, AudioInputError, ToolError, SettingError, OutputError, TestSetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except VoiceChatError as e:

@@ -177,7 +177,7 @@ def to_int16(x: np.ndarray) -> np.ndarray:
 
 
 def wav_bytes(x: np.ndarray, rate: int) -> bytes:
-    """A mono 16-bit PCM WAV file."""
+    """A 16-bit PCM WAV file of [N] mono or [N, channels] samples."""
     import soundfile as sf
 
     buf = io.BytesIO()
@@ -186,6 +186,9 @@ def wav_bytes(x: np.ndarray, rate: int) -> bytes:
 
 
 def write_wav(path: Union[str, Path], x: np.ndarray, rate: int) -> Path:
+    """A 16-bit PCM WAV ([N] mono or [N, channels]), written through a temporary file (voicechat/files.py)."""
+    from .files import write_atomically
+
     path = Path(path)
-    path.write_bytes(wav_bytes(x, rate))
+    write_atomically(path, wav_bytes(x, rate))
     return path

@@ -100,6 +100,11 @@ def entry(x: mx.array, i: int, axis: int = 0) -> mx.array:
     return mx.take(x, i, axis=axis)
 
 
+def kept_where(active: mx.array, new: mx.array, old: mx.array) -> mx.array:
+    """Row r of ``new`` where ``active[r]``, else row r of ``old`` unchanged (a group's rows that did not step)."""
+    return mx.where(active.reshape(-1, *([1] * (new.ndim - 1))), new, old)
+
+
 def speech_dtype() -> mx.Dtype:
     """Activation and weight dtype of the speech path (encoder, RNNT, EAR-TTS, codec) and the LLM activations."""
     return mx.bfloat16 if on_gpu() else mx.float32
@@ -118,8 +123,19 @@ def affine(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
     """``x W^T + b`` with the bias added after the product, not through ``addmm``: on CUDA, MLX runs a one-row matmul
     as a gemv kernel only when no bias comes with it (an addmm goes to cuBLAS, about twice as slow: docs/platform.md
     §8); compiled, the add joins the elementwise kernel that follows. On the CPU both are the same BLAS product."""
-    y = x @ weight.T
+    y = product(x, weight.T)
     return y if bias is None else y + bias
+
+
+def product(x: mx.array, weight: mx.array) -> mx.array:
+    """``x @ weight`` for x [..., C] and weight [C, N]. Where x holds several rows for each of several
+    conversations ([B, T, C], B and T > 1: a group's codec frames or subword spellings), each conversation's rows
+    are their own product (a batched matmul over a broadcast weight), so that its numbers do not depend on the others:
+    OpenBLAS rounds a product's row by the row count (docs/batching.md: row 0 of a [36, 256] x [256, 64] product
+    differs from the [9, 256] one). One row per conversation stays one product of all rows."""
+    if x.ndim == 3 and x.shape[0] > 1 and x.shape[1] > 1:
+        return x @ mx.broadcast_to(weight, (x.shape[0], *weight.shape))
+    return x @ weight
 
 
 class CompiledFunctions:

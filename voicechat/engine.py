@@ -62,7 +62,7 @@ class EngineFull(VoiceChatError):
 
 
 class EngineBusy(VoiceChatError):
-    """A live conversation is already open (one model holds one at a time)."""
+    """As many live conversations are open as the engine steps at once (``max_sessions``)."""
 
 
 @dataclass(frozen=True)
@@ -209,24 +209,30 @@ class Live(Job):
         self._received = 0.0  # seconds of audio sent
         self._consumed = 0.0  # seconds of it fed to the session
         self._result: Optional[Result] = None
+        self._unread: collections.deque = collections.deque()  # messages taken from the inbox, not handled yet
+        self._ready_sent = False
 
     def send(self, samples: np.ndarray, sample_rate: int) -> None:
         samples = np.array(samples, copy=True)
         with self._lock:
             self._received += len(samples) / sample_rate
-        self._inbox.put(("audio", samples, int(sample_rate)))
+        self._put(("audio", samples, int(sample_rate)))
 
     def flush(self) -> None:
-        self._inbox.put(("flush",))
+        self._put(("flush",))
 
     def close(self) -> None:
         self.cancel()
-        self._inbox.put(("close",))
+        self._put(("close",))
 
     def provide_tool_result(self, call_id: str, output: str) -> None:
         """The output of a call to a tool declared without a function (a ``call`` event named it); any thread. A
         result for a call the session no longer waits for (late, unknown) is dropped with a warning."""
-        self._inbox.put(("tool_result", call_id, output))
+        self._put(("tool_result", call_id, output))
+
+    def _put(self, message: tuple) -> None:
+        self._inbox.put(message)
+        self._engine._wake.set()
 
     @property
     def backlog_seconds(self) -> float:
@@ -238,64 +244,93 @@ class Live(Job):
         return self._result
 
     # ---- the engine thread ----------------------------------------------------------------------------------
-    def _messages(self, timeout: float) -> list:
-        """What arrived: waits up to ``timeout`` for the first message, then takes all that are there."""
-        try:
-            out = [self._inbox.get(timeout=timeout)]
-        except Empty:
-            return []
+    def _messages(self) -> collections.deque:
+        """What arrived and is not handled yet (never waits)."""
         while True:
             try:
-                out.append(self._inbox.get_nowait())
+                self._unread.append(self._inbox.get_nowait())
             except Empty:
-                return out
+                return self._unread
 
-    def _execute(self, model) -> None:
+    def _open(self, group) -> None:
+        """Its conversation joins the engine's group; the prompt's positions run in the next ticks, and READY comes
+        once they have (:meth:`_announce_ready`), as a lone session's setup ends with them."""
         request: LiveRequest = self.request
-        session = model.session(request.system_prompt, request.seed, request.speaker, request.config,
-                                tools=request.tools or ())
-        self._emit(LiveEvent(READY, setup_seconds=session.setup_seconds, prompt_frames=session.prompt_frames))
-        try:
-            while not self.cancel_requested and not session.ended:
-                for message in [*self._messages(timeout=0.05), ("poll",)]:
-                    if message[0] == "audio":
-                        frames = session.feed(message[1], message[2])
-                        with self._lock:
-                            self._consumed += len(message[1]) / message[2]
-                    elif message[0] == "flush":
-                        frames = session.flush()
-                    elif message[0] == "tool_result":
-                        frames = self._tool_result(session, *message[1:])
-                    elif message[0] == "poll":  # a tool may have answered while no audio came
-                        frames = session.poll() if session.tool_channel is not None and not session.ended else []
-                    else:
-                        break
-                    if frames:  # the backlog counts the user's frames a tool exchange holds back too
-                        backlog = self.backlog_seconds + session.held_seconds
-                        self._emit(LiveEvent(FRAMES, frames=tuple(frames), backlog_seconds=backlog))
-                    if self.cancel_requested:
-                        break
-        finally:
-            self._result = host_result(session.result())
+        self._opened = time.perf_counter()
+        self.session = group.session(request.system_prompt, request.seed, request.speaker, request.config,
+                                     tools=request.tools or ())
+        self._announce_ready()
+
+    def _announce_ready(self) -> None:
+        if not self._ready_sent and not self.session.prompt_inputs:
+            self._ready_sent = True
+            self._emit(LiveEvent(READY, setup_seconds=time.perf_counter() - self._opened,
+                                 prompt_frames=self.session.prompt_frames))
+
+    def _read(self, flushing: bool = True) -> None:
+        """Hand what arrived to the session: audio is heard and waits for the ticks; a flush runs the rest of the
+        input at once (the other conversations advancing in its ticks). ``flushing`` False (inside a recording's
+        tick): a flush waits for the next round."""
+        session = self.session
+        messages = self._messages()
+        while messages and not (self.cancel_requested or session.ended):
+            if messages[0][0] == "flush" and (session._ready() or not flushing):
+                return  # the positions heard so far run in the ticks first, as they would have without the flush
+            message = messages.popleft()
+            if message[0] == "audio":
+                session.push(message[1], message[2])
+                with self._lock:
+                    self._consumed += len(message[1]) / message[2]
+            elif message[0] == "flush":
+                self._deliver(session.flush())
+            elif message[0] == "tool_result":
+                self._tool_result(session, *message[1:])
+            else:
+                return
+
+    def _deliver(self, frames: list) -> None:
+        """The conversation's new frames past its prompt (the prompt's positions are set-up, as a lone session's)."""
+        frames = [f for f in frames if f.position >= self.session.prompt_frames]
+        if frames:  # the backlog counts the user's frames a tool exchange holds back too
+            backlog = self.backlog_seconds + self.session.held_seconds
+            self._emit(LiveEvent(FRAMES, frames=tuple(frames), backlog_seconds=backlog))
+
+    @property
+    def _over(self) -> bool:
+        return self.cancel_requested or self.session.ended
+
+    def _end(self) -> None:
+        """Leave the group: the frames still waiting go out, the conversation becomes the result."""
+        self._deliver(self.session.close())
+        self._result = host_result(self.session.result())
 
     @staticmethod
-    def _tool_result(session, call_id: str, output: str) -> list:
-        """A client's tool result. One the session no longer waits for (it came after the call's timeout, which
-        already answered the model with an error) is dropped with a warning: the conversation goes on."""
+    def _tool_result(session, call_id: str, output: str) -> None:
+        """A client's tool result (the positions that waited for it run in the next ticks). One the session no
+        longer waits for (it came after the call's timeout, which already answered the model with an error) is
+        dropped with a warning: the conversation goes on."""
         try:
             session.provide_tool_result(call_id, output)
         except ToolError as e:
             print(f"voicechat: tool result dropped: {e}", file=sys.stderr)
-            return []
-        return session.poll()
 
 
 class Engine:
-    """One background thread that loads the model, then runs jobs in submission order."""
+    """One background thread that loads the model, then runs jobs in submission order; up to ``max_sessions`` live
+    conversations at once, stepped together (voicechat/group.py: one tick advances every conversation whose next
+    80 ms has arrived)."""
 
-    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8):
+    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1):
+        """``max_sessions`` None: as many as :func:`voicechat.group.fitting_sessions` finds once the model is
+        loaded (one until then)."""
         self.name = name
         self.max_waiting = max_waiting
+        self.max_sessions = max_sessions or 1
+        self._fit_sessions = max_sessions is None
+        self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
+        self._lives: list[Live] = []  # the live conversations the engine thread steps now
+        self._wake = threading.Event()  # a live conversation has a message
+        self._failed: dict = {}  # live conversation -> its error, met during a recording's tick
         self.model: Any = None  # touched by the engine thread only
         self.thread = threading.Thread(target=self._main, name="voicechat-engine", daemon=True)
         self._load_model = load_model
@@ -361,18 +396,26 @@ class Engine:
         return job
 
     def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> Live:
-        """Queue a live conversation; it starts when the jobs ahead of it are done. Only one at a time."""
+        """Queue a live conversation; it starts when the recording running now is done, beside the other live
+        ones. At most ``max_sessions`` at a time."""
         with self._lock:
-            if any(isinstance(j, Live) and not j.finished.is_set() for j in (self._running, *self._waiting)):
-                raise EngineBusy("a live conversation is already running; try again when it has ended")
-        job = self._enqueue(Live, request, owner)
+            if self.live_count() >= self.max_sessions:
+                raise EngineBusy(f"{self.max_sessions} live conversation{'s are' if self.max_sessions > 1 else ' is'} "
+                                 "already running on this model; try again when one has ended")
+            job = self._enqueue(Live, request, owner)
         return job
+
+    def live_count(self) -> int:
+        """Live conversations open or waiting to start (not yet closed)."""
+        with self._lock:
+            jobs = (*self._lives, self._running, *self._waiting)
+            return len({id(j) for j in jobs if isinstance(j, Live) and not j.finished.is_set()})
 
     def cancel_owner(self, owner: str) -> int:
         """Cancel every job (waiting or running) submitted with this owner tag; returns how many."""
         with self._lock:
-            jobs = [j for j in (self._running, *self._waiting) if j is not None and j.owner == owner]
-        for job in jobs:
+            jobs = [j for j in (self._running, *self._lives, *self._waiting) if j is not None and j.owner == owner]
+        for job in set(jobs):
             job.cancel()
         return len(jobs)
 
@@ -385,9 +428,9 @@ class Engine:
         """Cancel everything and stop the thread."""
         with self._lock:
             self._closing = True
-            jobs = [j for j in (self._running, *self._waiting) if j is not None]
+            jobs = [j for j in (self._running, *self._lives, *self._waiting) if j is not None]
             self._lock.notify_all()
-        for job in jobs:
+        for job in set(jobs):
             job.cancel()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
@@ -426,7 +469,7 @@ class Engine:
                     if isinstance(job, Live):
                         job._emit(LiveEvent(CLOSED))
                 elif isinstance(job, Live):
-                    self._run_live(job)
+                    self._run_lives(job)
                 else:
                     self._run(job)
             finally:
@@ -458,6 +501,10 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
+        if self._fit_sessions:
+            from .group import fitting_sessions
+
+            self.max_sessions = fitting_sessions(model)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
@@ -475,6 +522,7 @@ class Engine:
         def progress(done: int, total: int, update: FrameUpdate) -> None:
             nonlocal frames_done
             frames_done = done
+            self._serve_lives()
             if job.cancel_requested:
                 raise Cancelled(f"Cancelled after {done} of {total} frames.")
             seconds = time.perf_counter() - t0
@@ -486,7 +534,7 @@ class Engine:
             kwargs["tools"] = request.tools
         try:
             result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
-                                         seed=request.seed, progress=progress, **kwargs)
+                                         seed=request.seed, progress=progress, group=self._group(), **kwargs)
             answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
             with self._lock:
                 self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)
@@ -501,15 +549,120 @@ class Engine:
             job._emit(Event(DONE, answer=answer))
 
 
-    def _run_live(self, live: Live) -> None:
+    def _run_lives(self, first: Live) -> None:
+        """Step the live conversations together until none is left: each round hands every conversation's new
+        messages to its session, takes in the live conversations that were queued meanwhile, and runs one tick
+        (waiting for a message when no conversation has a position ready). Recordings wait until the last has
+        ended."""
+        self._admit(first)
+        while self._lives:
+            recording = self._next_recording()
+            if recording is not None:  # it steps with the live conversations (Engine._run)
+                self._run(recording)
+                with self._lock:
+                    self._running = first
+                for live, message in self._failed.items():
+                    self._fail(live, message)
+                self._failed.clear()
+                continue
+            with self._lock:
+                arrivals = [j for j in self._waiting if isinstance(j, Live)]
+                for job in arrivals:
+                    self._waiting.remove(job)
+                if arrivals:
+                    self._announce_positions()
+            for live in arrivals:
+                self._admit(live)
+            for live in list(self._lives):
+                self._guarded(live, live._read)
+            try:
+                ticked = self.group.step()
+            except Exception as e:  # a bug: every conversation of the tick fails with it, the engine goes on
+                traceback.print_exc(file=sys.stderr)
+                for live in list(self._lives):
+                    self._fail(live, f"Engine error: {type(e).__name__}: {e}")
+                continue
+            for live in list(self._lives):
+                live._announce_ready()
+                live._deliver(ticked.get(live.session, []))
+                if live._over:
+                    self._guarded(live, live._end)
+                    self._close_live(live)
+            if not ticked and not any(live.session._ready() for live in self._lives):
+                self._wake.wait(0.05)
+                self._wake.clear()
+
+    def _group(self):
+        """The model's group: the live conversations and one recording at a time."""
+        if self.group is None:
+            self.group = self.model.sessions(self.max_sessions + 1)
+        return self.group
+
+    def _next_recording(self) -> Optional[Job]:
+        """The first recording waiting, taken from the queue (it runs now, beside the live conversations)."""
+        with self._lock:
+            job = next((j for j in self._waiting if not isinstance(j, Live)), None)
+            if job is not None:
+                self._waiting.remove(job)
+                self._running = job
+                self._announce_positions()
+        return job
+
+    def _serve_lives(self) -> None:
+        """Between a recording's frames: the live conversations' new audio is heard (it runs in the recording's
+        next ticks) and their finished frames go out."""
+        for live in self._lives:
+            if live in self._failed:
+                continue
+            live._announce_ready()
+            try:
+                live._read(flushing=False)
+            except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
+                if not isinstance(e, VoiceChatError):
+                    traceback.print_exc(file=sys.stderr)
+                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                continue
+            live._deliver(live.session._take())
+
+    def _admit(self, live: Live) -> None:
+        if live.cancel_requested:
+            live._emit(LiveEvent(CLOSED))
+            return
         try:
-            if not live.cancel_requested:
-                live._execute(self.model)
+            live._open(self._group())
         except VoiceChatError as e:
             live._emit(LiveEvent(ERROR, message=str(e)))
+            live._emit(LiveEvent(CLOSED))
+            return
         except Exception as e:  # a bug: report it in one line, keep serving
             traceback.print_exc(file=sys.stderr)
             live._emit(LiveEvent(ERROR, message=f"Engine error: {type(e).__name__}: {e}"))
+            live._emit(LiveEvent(CLOSED))
+            return
+        with self._lock:
+            self._lives.append(live)
+
+    def _guarded(self, live: Live, work) -> None:
+        """``work()`` for one conversation; its failure ends that conversation only."""
+        try:
+            work()
+        except VoiceChatError as e:
+            self._fail(live, str(e))
+        except Exception as e:  # a bug: report it in one line, keep serving the others
+            traceback.print_exc(file=sys.stderr)
+            self._fail(live, f"Engine error: {type(e).__name__}: {e}")
+
+    def _fail(self, live: Live, message: str) -> None:
+        live._emit(LiveEvent(ERROR, message=message))
+        if live in self._lives:
+            live.session.close()
+            live._result = host_result(live.session.result())
+            self._close_live(live)
+
+    def _close_live(self, live: Live) -> None:
+        with self._lock:
+            if live in self._lives:
+                self._lives.remove(live)
         live._emit(LiveEvent(CLOSED))
 
 

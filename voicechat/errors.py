@@ -45,9 +45,24 @@ class Cancelled(VoiceChatError):
     """A generation stopped on request (the progress callback raised it)."""
 
 
+class SessionsFull(VoiceChatError):
+    """A conversation asked of a group (or a server) whose conversations are all taken."""
+
+
 class TimelineFull(VoiceChatError):
     """A conversation that would pass the session's timeline limit."""
 
 
+class OutputError(VoiceChatError):
+    """An output path that cannot be written (a folder, a FIFO, a read-only place, the input), found before the run."""
+
+
 class ToolError(VoiceChatError):
     """A tool declaration or tool result voicechat cannot use (bad schema, too many tools, unknown call id ...)."""
+
+
+class TestSetError(VoiceChatError):
+    """A test set ``voicechat batch`` cannot run: no items, a bad manifest line, an id twice, an output folder that
+    holds another run."""
+
+    __test__ = False  # not a pytest test class, despite its name

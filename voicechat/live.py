@@ -459,24 +459,22 @@ class LiveCall:
 def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveOptions) -> tuple[Path, Path]:
     """conversation.wav (stereo, :func:`voicechat.answer.stereo_timeline`) and conversation.json: the app's and the CLI's record
     (voicechat.result.conversation_json, source "live") plus ``live``, the call's numbers."""
-    import soundfile as sf
-
-    from .audio import to_int16
+    from .audio import write_wav
     from .config import GenerationConfig
     from .answer import make_answer, stereo_timeline
+    from .files import write_atomically
     from .result import conversation_json
 
     directory.mkdir(parents=True, exist_ok=True)
     wav, js = directory / "conversation.wav", directory / "conversation.json"
-    sf.write(str(wav), to_int16(stereo_timeline(call.user_audio(), INPUT_SAMPLE_RATE, result)), result.sample_rate,
-             subtype="PCM_16")
+    write_wav(wav, stereo_timeline(call.user_audio(), INPUT_SAMPLE_RATE, result), result.sample_rate)
     summary = call.summary()
     record = conversation_json(
         make_answer(model, result, summary["wall_seconds"]), source="live", model=o.model, demo_model=o.demo,
         input_file=o.input_file.name if o.input_file else f"microphone: {call.source.name}",
         input_sample_rate=call.source.rate, input_seconds=call.sent_seconds, system_prompt=o.system_prompt,
         seed=o.seed, generation_config=GenerationConfig(), answer_file=wav.name)
-    js.write_text(json.dumps({**record, "live": summary}, indent=1, default=str) + "\n")
+    write_atomically(js, (json.dumps({**record, "live": summary}, indent=1, default=str) + "\n").encode("utf-8"))
     return wav, js
 
 

@@ -13,7 +13,7 @@ import gc
 import hashlib
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
+from .group import SessionGroup
 from .session import Frame, Session
 from .stt import lm
 from .stt.perception import timeline_frames
@@ -111,19 +112,29 @@ class Model:
         (:class:`voicechat.session.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
         return Session(self, system_prompt, seed, speaker, config, tools)
 
+    def sessions(self, max_sessions: int) -> SessionGroup:
+        """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone
+        (:class:`voicechat.group.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push`` queues
+        its audio, ``group.step()`` advances every ready one by a position."""
+        return SessionGroup(self, max_sessions)
+
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
-                 progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
+                 progress: Optional[Progress] = None, tools: Sequence[Tool] = (),
+                 group: Optional[SessionGroup] = None) -> Result:
         """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
         file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
         ``progress(done_frames, total_frames, update)`` is called after every timeline frame; raising from it stops
         the run. ``tools``: up to 5 :class:`voicechat.tools.Tool` objects the model may call; their calls and results
-        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout)."""
-        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools)
+        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout). ``group``: run it as a
+        conversation of that :class:`~voicechat.group.SessionGroup`, whose other conversations advance in the same
+        ticks (docs/batching.md)."""
+        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
+                  group: Optional[SessionGroup] = None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
         ``profile``, ``script``)."""
         gen = config or GenerationConfig()
@@ -137,30 +148,23 @@ class Model:
         tracker = ProgressTracker(progress, positions)
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
-                          on_frame=tracker.frame, script=script)
+                          on_frame=tracker.frame, script=script, group=group)
+        try:
+            return self._answer(session, x, extra, fixed)
+        finally:
+            session.close()  # a group's row is free again, also when the progress callback stopped the run
 
-        def feed(samples: np.ndarray) -> None:  # offline, a running tool is simply waited for
-            session.feed(samples, cfg.input_sample_rate)
-            session.settle()
-
-        feed(x)
-        # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
-        heard = session.prompt_frames + min(-(-len(x) // cfg.samples_per_input_frame),
-                                            self.encoder_frames(len(x) + extra))
-        if fixed:
-            feed(np.zeros(extra, np.float32))
-            session.flush()
-        else:  # silence, one frame at a time, until the answer has ended; at the bound, the input ends
-            frame = cfg.samples_per_input_frame
-            for i in range(0, extra, frame):
-                start = answer_start(session)
-                if start is not None and answer_finished(session.text, session.position - 1, heard + session.held,
-                                                         cfg.pad_id, cfg.eos_id, start):
-                    break
-                feed(np.zeros(min(frame, extra - i), np.float32))
-            else:
+    def _answer(self, session: Session, x: np.ndarray, extra: int, fixed: bool) -> Result:
+        """The recording ``x`` and ``extra`` samples of silence after it through ``session`` (``fixed``: all of
+        them; else until the answer has ended) -> the result."""
+        recording = OfflineInput(self, session, x, extra, fixed)
+        for piece in recording.pieces():
+            if piece is None:
                 session.flush()
-        return dataclasses.replace(session.result(), input_frames=heard - session.prompt_frames)
+            else:  # offline, a running tool is simply waited for
+                session.feed(piece, self.config.input_sample_rate)
+                session.settle()
+        return recording.result()
 
     def warm_up(self, positions: int = WARM_POSITIONS) -> dict[str, float]:
         """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
@@ -179,7 +183,8 @@ class Model:
         seconds["prompt prefills"], t0 = time.perf_counter() - t0, time.perf_counter()
         self.net.stt_model.llm.warm_up(capacities(positions))
         seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), session.tts_state.caches[0].keys.dtype)
+        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions),
+                                                      session.group.tts_state.caches[0].keys.dtype)
         seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0
         return seconds
 
@@ -190,6 +195,39 @@ class Model:
     def encoder_frames(self, samples: int) -> int:
         """Timeline positions a recording of ``samples`` gives after the prompt (docs/model.md §1.2 B)."""
         return timeline_frames(self.config.audio, samples)
+
+
+class OfflineInput:
+    """What ``generate`` gives a session, a piece at a time: the recording, then silence: in fixed mode all of it and
+    the end of the input; in app mode 80 ms at a time until the answer has ended, and the end of the input at the
+    bound (docs/model.md §1.2 A). :meth:`pieces` yields each piece once the session has run all the one before
+    allows; None is the end of the input (``flush``). ``generate`` gives them to one session; ``voicechat batch`` to
+    each session of a group (docs/batch.md §1)."""
+
+    def __init__(self, model: "Model", session: Session, x: np.ndarray, extra: int, fixed: bool):
+        self.cfg, self.session, self.x, self.extra, self.fixed = model.config, session, x, extra, fixed
+        # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
+        self.input_frames = min(-(-len(x) // self.cfg.samples_per_input_frame), model.encoder_frames(len(x) + extra))
+
+    def pieces(self) -> Iterator[Optional[np.ndarray]]:
+        cfg, session = self.cfg, self.session
+        yield self.x
+        if self.fixed:
+            yield np.zeros(self.extra, np.float32)
+            yield None
+            return
+        heard = session.prompt_frames + self.input_frames
+        frame = cfg.samples_per_input_frame
+        for i in range(0, self.extra, frame):  # at the bound without an end, the input ends
+            start = answer_start(session)
+            if start is not None and answer_finished(session.text, session.position - 1, heard + session.held,
+                                                     cfg.pad_id, cfg.eos_id, start):
+                return
+            yield np.zeros(min(frame, self.extra - i), np.float32)
+        yield None
+
+    def result(self) -> Result:
+        return dataclasses.replace(self.session.result(), input_frames=self.input_frames)
 
 
 def answer_start(session: Session) -> Optional[int]:

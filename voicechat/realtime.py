@@ -15,7 +15,9 @@ realtime plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
   ``function_call`` item goes out and its response ends; ``conversation.item.create {type: function_call_output}``
   brings the result back into the model's function channel.
 
-One connection holds the model at a time; a second one gets ``error`` code ``server_busy`` and close code 1013.
+Up to ``--max-sessions`` connections hold a conversation at once, stepped together on one model (docs/batching.md);
+one more gets ``error`` code ``server_busy`` and close code 1013. ``GET /health`` says whether the model is ready and
+how many conversations are open, for a load balancer.
 All MLX work stays on the engine thread: these handlers pass numpy arrays to it and read ``Frame``\\ s back.
 ``RealtimeServer(engine).router()`` mounts the route in any FastAPI app (``serve`` here, app.py beside Gradio).
 """
@@ -40,6 +42,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import soxr
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from .audio import to_int16
@@ -53,13 +56,14 @@ from .tools.declare import checked_tools
 log = logging.getLogger("voicechat.realtime")
 
 PATH = "/v1/realtime"
+HEALTH_PATH = "/health"
 RATE = 24000  # GA PCM16 rate, in and out: "Only a 24kHz sample rate is supported" (docs/live.md §3)
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # GA limit of one input_audio_buffer.append (docs/live.md §3), base64 text
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default): a 15 MiB append fits in it
 # 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
 # connection (docs/live.md §3)
 CLOSE_TRY_AGAIN_LATER = 1013
-CLOSE_POLICY_VIOLATION = 1008  # before accept: uvicorn answers the upgrade with HTTP 403
+CLOSE_POLICY_VIOLATION = 1008  # a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 # A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
@@ -567,7 +571,8 @@ class Connection:
         self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
         self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
         self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
-        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here
+        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
+        self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
 
     async def run(self) -> None:
@@ -580,7 +585,7 @@ class Connection:
         finally:
             for task in [*tasks, watcher]:
                 task.cancel()
-            self.server.leaving = True  # the next client waits for this one's close instead of getting server_busy
+            self.server.leaving.add(self.name)  # a next client waits for this close instead of getting server_busy
             await self.close_live()
             self.server.release(self.name)
             log.info("%s: closed", self.name)
@@ -592,8 +597,8 @@ class Connection:
         """Close the connection (through the writer) once no audio has come for ``seconds``: it would hold the
         model for nothing. 0: never."""
         loop = asyncio.get_running_loop()
-        while seconds and (left := self.idle_since + seconds - loop.time()) > 0:
-            await asyncio.sleep(left)
+        while seconds and ((left := self.idle_since + seconds - loop.time()) > 0 or self.setting_up):
+            await asyncio.sleep(left if left > 0 else seconds)
         if seconds:
             self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
                                                          "that the model is free for others", kind="server_error"), None)
@@ -638,6 +643,8 @@ class Connection:
                 self.unsent -= item[1]
         except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
             log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
+        except Exception:  # a bug: the connection ends, and the log says why
+            log.error("%s: the writer failed\n%s", self.name, traceback.format_exc())
 
     # ---- receiving ---------------------------------------------------------------------------------------------
     async def read(self) -> None:
@@ -751,13 +758,13 @@ class Connection:
             raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
         except VoiceChatError as e:
             raise ClientEventError("invalid_value", str(e), "session")
-        self.live, self.heard = live, False
+        self.live, self.heard, self.setting_up = live, False, True
         self.server.notify("opened", self.session_id)
         events: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
                          name=f"voicechat-realtime-{self.name}").start()
         self.follower = asyncio.create_task(self.follow(live, events))
-        log.info("%s: live session opened", self.name)
+        log.info("%s: live session %s opened", self.name, self.session_id)
         return True
 
     async def follow(self, live, events: asyncio.Queue) -> None:
@@ -765,8 +772,8 @@ class Connection:
         started = False
         while True:
             event = await events.get()
-            if event.kind in ("queued", "ready"):  # waiting for the model is not idleness: the clock starts again
-                self.idle_since = asyncio.get_running_loop().time()
+            if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
+                self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
             if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
                 self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
@@ -816,7 +823,8 @@ def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:
 # the route, the app, the command
 # ---------------------------------------------------------------------------------------------------------------
 class RealtimeServer:
-    """``GET /v1/realtime`` on one engine: one live conversation at a time. Mount ``router()`` in any FastAPI app
+    """``GET /v1/realtime`` on one engine: as many live conversations at once as the engine steps together
+    (``engine.max_sessions``), and ``GET /health``. Mount ``router()`` in any FastAPI app
     (``python -m voicechat serve``, and app.py beside the Gradio page).
 
     ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
@@ -828,17 +836,19 @@ class RealtimeServer:
                  idle_seconds: float = DEFAULT_IDLE_SECONDS):
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.idle_seconds = idle_seconds  # 0: no idle timeout
-        self.active: Optional[str] = None  # the connection that holds the model
-        self.leaving = False  # the active connection is closing: the next one waits for it
-        self.freed = asyncio.Event()  # set once the active connection has let go of the model
+        self.active: list[str] = []  # the connections that hold a conversation
+        self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
+        self.freed = asyncio.Event()  # set once a connection has let go of its conversation
         self.count = 0
         self.observer = observer
 
     def release(self, name: str) -> None:
-        """The connection ``name`` has let go of the model: the next one may have it."""
-        if self.active == name:
-            self.active = None
+        """The connection ``name`` has let go of its conversation: the next one may have its slot."""
+        if name in self.active:
+            self.active.remove(name)
+            self.leaving.discard(name)
             self.freed.set()
+            self.freed = asyncio.Event()
 
     def notify(self, what: str, *args) -> None:
         """Tell the observer (if any) that a live session was ``opened``, ``heard`` audio or ``closed``."""
@@ -848,7 +858,17 @@ class RealtimeServer:
     def router(self) -> APIRouter:
         router = APIRouter()
         router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
+        router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
         return router
+
+    def health(self) -> JSONResponse:
+        """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
+        the engine's state and the conversations open against the maximum."""
+        status = self.engine.status()
+        ready = status.state == READY
+        body = {"ready": ready, "state": status.state, "sessions": len(self.active),
+                "max_sessions": self.engine.max_sessions}
+        return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
 
     def authorized(self, websocket) -> bool:
         """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
@@ -870,15 +890,17 @@ class RealtimeServer:
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
-        if self.active is not None and self.leaving:  # a closing conversation: the model is free in a moment
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
             await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
-        if self.active is not None:
-            log.warning("%s: server_busy: %s holds the model", name, self.active)
+        if len(self.active) >= self.engine.max_sessions:
+            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
+                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
             await websocket.send_text(event_text(error_event(ClientEventError(
-                "server_busy", "another conversation is running on this model; try again later", kind="server_error"))))
+                "server_busy", f"{len(self.active)} conversation{'s are' if len(self.active) > 1 else ' is'} running "
+                "on this model, its maximum; try again later", kind="server_error"))))
             await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
             return
-        self.active, self.leaving, self.freed = name, False, asyncio.Event()
+        self.active.append(name)
         log.info("%s: open", name)
         try:
             query = websocket.query_params.get("voicechat_frames", "")
@@ -899,29 +921,41 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
-          idle_seconds: float = DEFAULT_IDLE_SECONDS) -> None:
-    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` until interrupted."""
-    import socket
+def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None):
+    """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
+    voicechat.group.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
+    ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import tempfile
     import time
 
-    import uvicorn
-
     from . import engine as eng
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if demo:
         loader, name = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), "voicechat-demo"
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model
-    engine = eng.Engine(loader, name=name).start()
+    engine = eng.Engine(loader, name=name, max_sessions=max_sessions).start()
+    while engine.status().state not in (eng.READY, eng.FAILED):
+        time.sleep(0.1)
+    status = engine.status()
+    if status.state == eng.FAILED:
+        engine.close()
+        raise ServeError(status.message)
+    return engine, name
+
+
+def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
+          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None) -> None:
+    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
+    import socket
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
     try:
-        while engine.status().state not in (eng.READY, eng.FAILED):
-            time.sleep(0.1)
-        if engine.status().state == eng.FAILED:
-            raise ServeError(engine.status().message)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # accepted connections inherit it: what the kernel holds for a client that does not read stays small, so
@@ -934,7 +968,8 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
             raise ServeError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port") from None
         if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("listening on %s without --api-key: anyone who can reach it can use the model", host)
-        print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH}", flush=True)
+        print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
+              f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
         config = uvicorn.Config(create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds),
                                 log_level="info",
                                 ws_max_size=MAX_MESSAGE_BYTES)

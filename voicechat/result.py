@@ -53,8 +53,9 @@ class Result:
 CONVERSATION_SCHEMA = "voicechat.conversation/1"
 CONVERSATION_FIELDS = {
     "schema": "this schema's name and version, " + CONVERSATION_SCHEMA,
-    "source": '"cli" (python -m voicechat generate --json), "app" (conversation.json) or "live" (the app\'s Talk '
-              'live tab, and python -m voicechat live --save, whose record adds "live": the call\'s numbers)',
+    "source": '"cli" (python -m voicechat generate --json), "batch" (python -m voicechat batch: each item\'s '
+              'conversation.json), "app" (conversation.json) or "live" (the app\'s Talk live tab, and python -m '
+              'voicechat live --save, whose record adds "live": the call\'s numbers)',
     "created": "local time of writing, ISO 8601",
     "model": "the checkpoint: Hub repo id or folder",
     "demo_model": "true for the app's random-weight demo model",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -29,27 +29,19 @@ import mlx.core as mx
 from .audio import to_float32
 from .config import GenerationConfig
 from .errors import AudioInputError, ConfigError, TimelineFull
+from .group import Row, SessionGroup
 from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
 from .result import Result
 from .stt import lm
-from .stt.perception import PerceptionStream, timeline_frames
+from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
 from .stt.rnnt import RNNTGreedy, Transcript
 from .tokenizer import channel_text
 from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
-from .tts.eartts import warmup_inputs
+from .tts.eartts import TTSSettings, warmup_inputs
 from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
-LOOKAHEAD = 1  # positions built and queued on the device while the host reads the one before
-
-
-@dataclass(frozen=True)
-class TTSSettings:
-    guidance_scale: float
-    top_p: Optional[float]
-    top_k: Optional[int]
-    noise_scale: float
 
 
 def tts_settings(cfg, gen: GenerationConfig) -> TTSSettings:
@@ -62,26 +54,6 @@ def tts_settings(cfg, gen: GenerationConfig) -> TTSSettings:
     return TTSSettings(
         cfg.tts.guidance_scale if gen.tts_guidance_scale is None else gen.tts_guidance_scale, top_p, top_k,
         cfg.tts.noise_scale if gen.tts_noise_scale is None else gen.tts_noise_scale)
-
-
-def sample_text_token(logits: mx.array, best: mx.array, seen: mx.array, specials: mx.array, gen: GenerationConfig,
-                      key: Optional[mx.array]) -> mx.array:
-    """BR's ``_sample_text_token``, on the device: greedy at temperature 0 (``best`` is the argmax). Otherwise,
-    unless the argmax is pad/bos/eos (then it is kept): repetition penalty on the ids ``seen`` before (pad/bos/eos
-    never count), temperature, top-p (keep the smallest prefix of the sorted distribution whose mass reaches p, at
-    least one id), then a draw with ``key``. logits [V], best [], seen [V] bool, specials [3] -> id []"""
-    if gen.text_temperature == 0.0:
-        return best
-    x = logits.astype(mx.float32)
-    if gen.text_repetition_penalty != 1.0:
-        x = mx.where(seen, mx.where(x > 0, x / gen.text_repetition_penalty, x * gen.text_repetition_penalty), x)
-    x = x / gen.text_temperature
-    if gen.text_top_p < 1.0:
-        order = mx.argsort(-x)
-        cumulative = mx.cumsum(mx.softmax(x[order]), axis=-1)
-        drop = mx.concatenate([mx.array([False]), cumulative[:-1] > gen.text_top_p])
-        x[order] = mx.where(drop, -mx.inf, x[order])
-    return mx.where(mx.any(best == specials), best, mx.random.categorical(x, key=key))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -101,7 +73,8 @@ class Frame:
     function_text: str  # new characters of the function channel
     transcript: str  # new characters of the user's transcript
     turn: Optional[str]  # "start" when text_id is BOS (the assistant takes the turn), "end" when EOS, else None
-    seconds: dict  # wall seconds: "total" (since the previous frame or the call), and per stage when profiled
+    seconds: dict  # wall seconds: "total" (the tick that computed it, from its build or the previous tick's end), and
+    #                per stage when profiled
     events: tuple = ()  # tool-call events raised at this position
 
 
@@ -156,31 +129,6 @@ class TextStream:
             self.anchor, self.head, self.window = anchor, text[:len(text) - len(tail)], tail
 
 
-@dataclass
-class Step:
-    """One position's work, built lazily on the device and evaluated once; the host reads it afterwards."""
-
-    t: int
-    ids: mx.array  # [2] the text and function tokens
-    codes: Optional[mx.array]  # [Q] (none at t = 0)
-    piece: Optional[mx.array]  # [1, n] newly final samples (none before the decoder starts)
-    heard: tuple  # (encoder frame [1, D], valid, first joint or None, transcript length it was built on)
-    state: list = field(default_factory=list)  # every network's state after it
-
-    @property
-    def arrays(self) -> list[mx.array]:
-        first = self.heard[2]
-        return ([self.ids] + [a for a in (self.codes, self.piece) if a is not None] + list(first or ())
-                + self.state)
-
-    def queued(self) -> "Step":
-        """This step once its evaluation is queued: what the host reads, without the state. A reference to a
-        cache buffer kept until the next position is evaluated stops that position from updating the buffer in
-        place: MLX then copies the whole buffer (every key/value cache, every position of the offline loop;
-        docs/streaming.md §5)."""
-        return replace(self, state=[])
-
-
 class Clock:
     """Wall time per stage. ``stage`` records only when profiling: it then evaluates the stage's arrays first, an
     honest split at the price of a host sync per stage; unprofiled, a position's networks run in one evaluation."""
@@ -219,9 +167,11 @@ class Session:
 
     def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
                  config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = (), *, noise=None,
-                 profile: bool = False, on_frame=None, script=None):
+                 profile: bool = False, on_frame=None, script=None, group: Optional[SessionGroup] = None):
         """``tools``: the :class:`voicechat.tools.Tool` objects the model may call (at most 5); the system prompt the
-        model reads is then ``voicechat.tools.system_prompt(system_prompt, tools)``.
+        model reads is then ``voicechat.tools.system_prompt(system_prompt, tools)``. ``group``: the
+        :class:`~voicechat.group.SessionGroup` whose ticks step this conversation with others (docs/batching.md);
+        without one it is a group of one, and its prompt's positions run here.
 
         Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
         ``on_frame(frame)`` sees each finished frame, ``script(t) -> (text_id or None, function_id or None)`` fixes
@@ -234,6 +184,9 @@ class Session:
         self.prompt_ids = self._prompt_ids()  # checked before any model work (docs/limits.md)
         self.clock = Clock(profile)
         self.on_frame = on_frame  # called with each Frame as it is finished (generate's progress)
+        self.alone = group is None
+        self.group = group or SessionGroup(model, 1)
+        self.row: Optional[int] = None  # this conversation's row in the group's state
         self._build_state(noise)
         self._start_timeline(speaker)
         self.setup_seconds = time.perf_counter() - t0
@@ -252,17 +205,14 @@ class Session:
         self.stt, self.tts = net.stt_model, net.tts_model
         self.settings = tts_settings(c, gen)
         self.specials = {c.pad_id, c.bos_id, c.eos_id}
-        self.special_ids = mx.array(sorted(self.specials), mx.int32)
-        self.seen = mx.zeros((c.llm.vocab_size,), mx.bool_)  # text ids so far, for the repetition penalty
-        self.prev_ids = mx.array([c.pad_id, c.pad_id], mx.int32)  # text and function tokens of the last position
         tts_key, self.text_key = mx.random.split(mx.random.key(self.seed))
         self.noise = noise or KeyNoise(tts_key)
         self.prompt_frames = len(self.prompt_ids)
         # what reference mode changes is data: where the codec starts, what frame 0 holds, what the result keeps
         self.decoder_from = 0 if gen.reference else max(0, self.prompt_frames - CODEC_CONTEXT_FRAMES)
         self.first_frame = 0 if gen.reference else self.prompt_frames
-        self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
-        self.frame0_codes = mx.zeros_like(self.silence) if gen.reference else self.silence  # never generated (H)
+        silence = np.asarray(self.tts.codec_silence_tokens).astype(np.int32)
+        self.frame0_codes = np.zeros_like(silence) if gen.reference else silence  # never generated (H)
         # the timeline so far, on the host
         self.text, self.func, self.codes = [], [], []
         self.pieces: list[np.ndarray] = []  # decoded samples, from position decoder_from on
@@ -271,19 +221,23 @@ class Session:
         self.func_stream = TextStream(self.model.tokenizer, {c.pad_id})
         self.transcript_shown = ""
         # the networks' state
-        self.listener = PerceptionStream(self.stt.perception)
-        self.heard: deque = deque()  # (audio [H], encoder frame [D], valid) per position waiting for the LLM
-        self.lm_state = lm.LMState(self.stt, c)
+        self.listener = PerceptionStream(self.stt.perception, self.group.hearing)  # its row once it joins
+        # per position waiting for the LLM: (audio [H], encoder frame [D], valid), or a steady frame the group's next
+        # tick computes with the other rows' (docs/batching.md §2)
+        self.heard: deque = deque()
+        self.prompt_inputs: deque = deque()  # the prompt's positions not yet run
         self.rnnt = RNNTGreedy(self.stt.rnnt_decoder, self.stt.rnnt_joint, c.audio.rnnt) if c.audio.rnnt else None
         self.rnnt_state = self.rnnt.new_state() if self.rnnt else None
         self.transcript_builder = Transcript(c.audio.rnnt.vocabulary) if c.audio.rnnt else None
-        self.codec = self.tts.audio_codec.stream()
+        self.outbox: list[Frame] = []  # finished frames not yet given out
+        self.failure: Optional[Exception] = None  # what on_frame raised (the run stops at the end of the tick)
+        self.decoded = 0  # positions the codec has decoded (its first one drops the codec's start crop)
         self.position = 0
         self.resampler = None  # (rate, soxr.ResampleStream) once audio at another rate arrives
         self.taken = 0  # samples fed, at their own rate
         self.ended = False
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
-        self.last_done, self.frame_mark = time.perf_counter(), {}  # for the per-frame seconds
+        self.frame_mark: dict = {}  # the clock's call counts at the last frame, for the per-frame seconds
         self.tool_channel = self._tool_channel()
         self.held = 0  # positions given to tool exchanges (the silence embedding in, the user's frames waiting)
 
@@ -300,16 +254,20 @@ class Session:
         latent, speaker_audio = self.model._speaker(speaker)
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
-        self.tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
-        self.prev_code = mx.array(np.asarray(inputs.code)[-1].astype(np.int32))
+        tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
         self.clock.add("tts warm-up", t0)
+        lm_state = lm.LMState(self.stt, c)
         if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
             t0 = time.perf_counter()
-            lm.prefill(self.stt, c, self.lm_state, mx.array(self.prompt_ids)[None])
-            self.clock.add("prompt prefill", t0, self.lm_state.arrays)
+            lm.prefill(self.stt, c, lm_state, mx.array(self.prompt_ids)[None])
+            self.clock.add("prompt prefill", t0, lm_state.arrays)
+        self.row = self.group.join(self, lm_state, tts_state, mx.array(np.asarray(inputs.code)[-1].astype(np.int32)),
+                                   mx.array(self.frame0_codes))
+        self.listener.row = self.row
         zero = mx.zeros((c.audio.encoder.d_model,))
-        prompt = [(None, zero, True)] * self.prompt_frames  # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
-        self.prompt_output = self._run(prompt)
+        # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
+        self.prompt_inputs.extend([(None, zero, True)] * self.prompt_frames)
+        self.prompt_output = self.group.run(self) if self.alone else []  # in a group: in its next ticks
 
     # -- feeding -----------------------------------------------------------------------------------------------
     @property
@@ -322,7 +280,22 @@ class Session:
 
     def feed(self, samples, sample_rate: int) -> list[Frame]:
         """Audio as it arrives (any chunk size, any rate fixed for the session, int or float, mono or [N, channels])
-        -> the positions it completes."""
+        -> the positions it completes (in a group, the other conversations' ready positions run in the same ticks)."""
+        out = []
+        for _ in self._listened(samples, sample_rate):
+            out += self.group.run(self)
+        return out
+
+    def push(self, samples, sample_rate: int) -> None:
+        """``feed`` without running a position: the audio is heard (its encoder frames computed) and waits for the
+        group's next ticks (:meth:`voicechat.group.SessionGroup.step`)."""
+        for _ in self._listened(samples, sample_rate):
+            mx.eval([a for entry in self.heard if not isinstance(entry, SteadyFrame) for a in entry[:2]],
+                    self.listener.arrays())
+
+    def _listened(self, samples, sample_rate: int) -> Iterator[None]:
+        """Hear the audio a block of encoder frames at a time (bounds memory when a long recording arrives),
+        yielding after each block."""
         if self.ended:
             raise AudioInputError("this session's input has ended (flush was called); start a new session")
         x = to_float32(np.asarray(samples))
@@ -334,11 +307,9 @@ class Session:
         x = self._resampled(x, int(sample_rate), last=False)
         self.taken = taken
         block = LISTEN_BLOCK_FRAMES * self.cfg.samples_per_input_frame
-        out = []
         for i in range(0, len(x), block):
-            self._listen(*self.listener.push(x[i:i + block]), valid=True)
-            out += self._run(self._inputs())
-        return out
+            self._listen(self.listener.hear(x[i:i + block]), valid=True)
+            yield
 
     def flush(self) -> list[Frame]:
         """End of input: the last partial 80 ms are padded with zeros and the frames that reach past the end are
@@ -351,15 +322,25 @@ class Session:
         out = []
         if len(x):
             self._check_room(self._frames_after(self.listener.samples + len(x)))
-            self._listen(*self.listener.push(x), valid=True)
-            out += self._run(self._inputs())
+            self._listen(self.listener.hear(x), valid=True)
+            out += self.group.run(self)
         self._check_room(self.prompt_frames + self.held + timeline_frames(self.cfg.audio, self.listener.samples))
-        self._listen(*self.listener.finish(), valid=None)
-        out += self._run(self._inputs())
+        self._listen(self.listener.finish(), valid=None)
+        out += self.group.run(self)
         out += self.settle()
         self.ended = True
-        self.tail = np.asarray(self.codec.flush())[0]
-        return out
+        if self.decoded:
+            self.tail = np.asarray(self.group.codec.tail(self.row))[0]
+        return out + self.close()
+
+    def close(self) -> list[Frame]:
+        """Leave the group: this conversation runs no more positions and its row is free for another (its result
+        stays readable). ``flush`` closes; a cancelled conversation calls it. -> its finished frames not yet given
+        out (positions another conversation's ticks ran)."""
+        if self.row is not None:
+            self.group.leave(self)
+        self.ended = True
+        return self._take()
 
     def stream(self, chunks: Iterable, sample_rate: int) -> Iterator[Frame]:
         """``for frame in session.stream(chunks, rate)``: each chunk fed as it comes, then the end; stopping the
@@ -393,9 +374,14 @@ class Session:
                                f"({TIMELINE_LIMIT * self.cfg.frame_length / 60:.1f} minutes, NVIDIA's streaming "
                                "limit); start a new session")
 
-    def _listen(self, projected: mx.array, encoded: mx.array, valid: Optional[bool]) -> None:
-        """Queue the encoder frames for the LLM. ``valid`` None: the input ended, frames past its valid length are
-        padding, which the LLM hears as zeros after a prompt (docs/model.md §1.2 C) and the transcript skips (J)."""
+    def _listen(self, heard, valid: Optional[bool]) -> None:
+        """Queue the encoder frames for the LLM: a steady frame (computed in a tick), or (projected, encoded) frames.
+        ``valid`` None: the input ended, frames past its valid length are padding, which the LLM hears as zeros after
+        a prompt (docs/model.md §1.2 C) and the transcript skips (J)."""
+        if isinstance(heard, SteadyFrame):
+            self.heard.append(heard)
+            return
+        projected, encoded = heard
         first = self.listener.encoder.frames - projected.shape[0]
         for i in range(projected.shape[0]):
             inside = True if valid else first + i < self.listener.valid_frames
@@ -403,27 +389,52 @@ class Session:
             self.heard.append((audio if inside or not self.prompt_frames else mx.zeros_like(audio),
                                compute.entry(encoded, i), inside))
 
-    def _inputs(self) -> Iterator:
-        """The inputs of the positions that can run now, in order: the heard frames, with a tool exchange's
-        positions in between (the silence embedding, no encoder frame); none while a tool runs."""
-        while True:
-            if self.tool_channel is not None:
-                if self.tool_channel.paused():
-                    return
-                if self.tool_channel.holds_user_audio():
-                    self._check_room(self.position + 1)
-                    self.held += 1
-                    yield self.model._tool_silence(), None, True
-                    continue
-            if not self.heard:
-                return
-            yield self.heard.popleft()
+    def _ready(self) -> bool:
+        """Whether this conversation's next position can run now: a prompt position, a heard frame, a tool
+        exchange's position; none while a tool runs."""
+        if self.row is None:
+            return False
+        if self.prompt_inputs:
+            return True
+        if self.tool_channel is not None:
+            if self.tool_channel.paused():
+                return False
+            if self.tool_channel.holds_user_audio():
+                return True
+        return bool(self.heard)
+
+    def input_used(self) -> bool:
+        """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
+        voicechat.loop.OfflineInput); not while a running tool holds the conversation."""
+        return not self._ready() and not self.waits_for_tool()
+
+    def waits_for_tool(self) -> bool:
+        """Whether a running tool holds this conversation (:meth:`settle` waits for it)."""
+        return self.tool_channel is not None and self.tool_channel.paused()
+
+    def _next_row(self) -> Optional[Row]:
+        """The next position's input, taken (:meth:`_ready` said there is one): the prompt's positions first, then
+        the heard frames, with a tool exchange's positions in between (the silence embedding, no encoder frame)."""
+        if self.prompt_inputs:
+            return Row(self, self.position, *self.prompt_inputs.popleft())
+        if self.tool_channel is not None and self.tool_channel.holds_user_audio():
+            self._check_room(self.position + 1)
+            self.held += 1
+            return Row(self, self.position, self.model._tool_silence(), None, True)
+        heard = self.heard.popleft()
+        if isinstance(heard, SteadyFrame):
+            return Row(self, self.position, None, None, True, listen=heard)
+        return Row(self, self.position, *heard)
+
+    def _take(self) -> list[Frame]:
+        frames, self.outbox = self.outbox, []
+        return frames
 
     # -- tools ---------------------------------------------------------------------------------------------------
     def poll(self) -> list[Frame]:
         """The positions that can run without new audio: once a tool has answered, the rest of its exchange and the
         user's frames that waited for it. A live caller calls it while no audio arrives; ``feed`` does it anyway."""
-        return self._run(self._inputs())
+        return self.group.run(self)
 
     def settle(self) -> list[Frame]:
         """Wait for running tools (each at most its timeout) and run the positions that waited for them: for a
@@ -431,7 +442,7 @@ class Session:
         out = []
         while self.tool_channel is not None and self.tool_channel.paused():
             self.tool_channel.wait()
-            out += self._run(self._inputs())
+            out += self.group.run(self)
         return out
 
     def provide_tool_result(self, call_id: str, output: str) -> None:
@@ -445,126 +456,57 @@ class Session:
         """Every tool call so far, finished or not."""
         return self.tool_channel.records() if self.tool_channel is not None else []
 
-    # -- the frame loop ----------------------------------------------------------------------------------------
-    def _run(self, inputs: list) -> list[Frame]:
-        """Run one position per input (audio [H] or None on the prompt, encoder frame [D], valid). Each position is
-        one graph on the device (ids, codes and samples never wait for the host) and one evaluation, on one stream
-        (the calling thread's: docs/streaming.md says why not two); while it runs, the next position is already built
-        (LOOKAHEAD), and the host reads the finished one."""
-        frames, running = [], deque()
-        self.last_done = time.perf_counter()  # a frame's "total" counts from the call that finishes it at most
-        # with tools, the channel reads each position before it plans the next one (docs/tools.md §5)
-        lookahead = 0 if self.tool_channel is not None else LOOKAHEAD
-        for audio, encoded, valid in inputs:
-            step = self._step(self.position, audio, encoded, valid)
-            mx.async_eval(step.arrays)
-            running.append(step.queued())
-            self.position += 1
-            if len(running) > lookahead:
-                frames.append(self._finish(running.popleft()))
-        while running:
-            frames.append(self._finish(running.popleft()))
-        return frames
+    # -- this conversation's part of the group's frame loop (voicechat/group.py) ----------------------------------
+    def _fixes(self, row: Row) -> tuple:
+        """The ids fixed for this row's position on the host: (text id, function id, the function id that turns the
+        text into pad), None where the model's stand. The test and benchmark seam ``script`` first, then over the
+        positions past the prompt the tool channel's plan (docs/tools.md §5)."""
+        text = func = pad_text_if = None
+        if self.script is not None:
+            text, func = self.script(row.t)
+        if self.tool_channel is not None and row.audio is not None:
+            plan = self.tool_channel.plan(row.t)
+            text = plan.text_id if plan.text_id is not None else text
+            func = plan.function_id if plan.function_id is not None else func
+            pad_text_if = plan.pad_text_if
+        return text, func, pad_text_if
 
-    def _step(self, t: int, audio: Optional[mx.array], encoded: mx.array, valid: bool) -> Step:
-        """Position t, lazily: think (the LLM's ids; pad over the prompt), hear (the transcript's first joint call),
-        speak (TTS and codec)."""
+    def _finish_row(self, row: Row, ids: np.ndarray, codes: Optional[np.ndarray], samples: Optional[np.ndarray],
+                    seconds: dict) -> None:
+        """The host side of this conversation's evaluated position: its ids, codes, samples, the transcript's frame,
+        the new text of each channel; the frame goes to the outbox. ``seconds``: the tick's wall time ("total", from
+        its build or the previous tick's end, whichever came later) and, profiled, its stages."""
         c = self.cfg
-        ids = self._think(t, audio) if audio is not None else mx.array([c.pad_id, c.pad_id])
-        ids = self._scripted(t, ids)
-        if audio is not None:  # the prompt's positions keep pad
-            ids = self._tool_ids(t, ids)
-        first = None
-        if self.rnnt is not None and valid and encoded is not None:
-            first = self.rnnt.first_joint(self.rnnt_state, encoded[None])
-        codes, piece = self._speak(t, compute.entry(ids, 0))
-        self.prev_ids = ids
-        state = [*self.lm_state.arrays, *self.listener.arrays(), *self.tts_state.arrays(), *self.codec.arrays,
-                 self.seen, self.text_key]
-        built_on = len(self.rnnt_state.tokens) if first is not None else 0
-        return Step(t, ids, codes, piece, (encoded, valid, first, built_on), state)
-
-    def _think(self, t: int, audio: mx.array) -> mx.array:
-        """The LLM at position t: fused input from text[t-1] / function[t-1] (pad at t = 0) -> [text, function] ids:
-        text sampled (greedy by default), function greedy (docs/model.md §1.2 F)."""
-        c, gen = self.cfg, self.gen
-        t0 = time.perf_counter()
-        prev_text, prev_func = self.prev_ids[0:1], self.prev_ids[1:2]
-        text, func = lm.step(self.stt, c, self.lm_state, audio[None], prev_text,
-                             prev_func if self.stt.function_head is not None else None)
-        best = mx.argmax(text if func is None else mx.stack([text, func]), axis=-1).reshape(-1).astype(mx.int32)
-        key = None
-        if gen.text_temperature > 0:  # greedy decoding draws nothing (no per-position key split)
-            self.text_key, key = mx.random.split(self.text_key)
-        text_id = sample_text_token(compute.entry(text, 0), compute.entry(best, 0), self.seen, self.special_ids, gen, key).astype(mx.int32)
-        func_id = compute.entry(best, 1) if func is not None else mx.array(c.pad_id, mx.int32)
-        self.seen = self.seen | ((mx.arange(self.seen.shape[0]) == text_id) & ~mx.any(text_id == self.special_ids))
-        ids = mx.stack([text_id, func_id])
-        self.clock.stage("llm", t0, ids, *self.lm_state.arrays)
-        return ids
-
-    def _scripted(self, t: int, ids: mx.array) -> mx.array:
-        """The test and benchmark seam: ids the script fixes for position t replace the model's."""
-        if self.script is None:
-            return ids
-        text, func = self.script(t)
-        return mx.stack([ids[0] if text is None else mx.array(text, mx.int32),
-                         ids[1] if func is None else mx.array(func, mx.int32)])
-
-    def _tool_ids(self, t: int, ids: mx.array) -> mx.array:
-        """The ids the tool channel fixes for position t (docs/tools.md §5), in the position's graph: during an
-        exchange the planned ones, and PAD text where the model opens a call."""
-        if self.tool_channel is None:
-            return ids
-        plan = self.tool_channel.plan(t)
-        func = ids[1] if plan.function_id is None else mx.array(plan.function_id, mx.int32)
-        text = ids[0] if plan.text_id is None else mx.array(plan.text_id, mx.int32)
-        if plan.pad_text_if is not None:
-            text = mx.where(func == plan.pad_text_if, mx.array(self.cfg.pad_id, mx.int32), text)
-        return mx.stack([text, func])
-
-    def _speak(self, t: int, text_id: mx.array) -> tuple[Optional[mx.array], Optional[mx.array]]:
-        """The TTS step of position t (none at t = 0) and the codec's new samples, lazy: (codes [Q], samples)."""
-        c, s = self.cfg, self.settings
-        codes = piece = None
-        if t >= 1:
-            t0 = time.perf_counter()
-            if c.tts.force_silence_on_eos:  # docs/model.md §1.2 H: the silence codes precede an EOS frame
-                self.prev_code = mx.where(text_id == c.eos_id, self.silence, self.prev_code)
-            self.prev_code = codes = self.tts.tts_model.step(
-                self.tts_state, self.prev_code, text_id, s.guidance_scale, s.top_p, s.top_k, s.noise_scale)
-            self.clock.stage("tts", t0, codes, *self.tts_state.arrays())
-        if t >= self.decoder_from:
-            t0 = time.perf_counter()
-            piece = self.codec.append((codes if codes is not None else self.frame0_codes).reshape(1, 1, -1))
-            self.clock.stage("codec", t0, piece, *self.codec.arrays)
-        return codes, piece
-
-    def _finish(self, step: Step) -> Frame:
-        """The host side of an evaluated position: its ids, codes, samples, the transcript's frame, the new text of
-        each channel."""
-        c = self.cfg
-        text_id, func_id = step.ids.tolist()
+        text_id, func_id = int(ids[0]), int(ids[1])
         self.text.append(text_id)
         self.func.append(func_id)
-        self.valid.append(step.heard[1])
-        self._hear(*step.heard)
-        codes = np.asarray(step.codes if step.codes is not None else self.frame0_codes).astype(np.int32)
+        self.valid.append(row.valid)
+        self._hear(row.encoded, row.valid, row.first, row.built_on)
+        codes = (codes if codes is not None else self.frame0_codes).astype(np.int32)
         self.codes.append(codes)
-        audio = np.asarray(step.piece)[0] if step.piece is not None else np.zeros(0, np.float32)
-        if step.piece is not None:
+        audio = np.zeros(0, np.float32)
+        if samples is not None:
+            audio = samples[self.group.codec.crop:] if self.decoded == 0 else samples
+            self.decoded += 1
             self.pieces.append(audio)
-        now = time.perf_counter()
-        seconds = {"total": now - self.last_done, **self.clock.since(self.frame_mark)}
-        self.last_done, self.frame_mark = now, self.clock.mark()
-        frame = Frame(position=step.t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
+        if self.clock.profile:
+            for stage, took in seconds.items():
+                if stage != "total":
+                    self.clock.calls.setdefault(stage, []).append(took)
+        seconds = {"total": seconds["total"], **self.clock.since(self.frame_mark)}
+        self.frame_mark = self.clock.mark()
+        frame = Frame(position=row.t, text_id=text_id, function_id=func_id, codes=codes, audio=audio,
                       text=self.text_stream.add(text_id), function_text=self.func_stream.add(func_id),
                       transcript=self._new_transcript(),
                       turn="start" if text_id == c.bos_id else "end" if text_id == c.eos_id else None,
-                      seconds=seconds, events=self._tool_events(step.t, text_id, func_id))
-        if self.on_frame is not None:
-            self.on_frame(frame)
-        return frame
+                      seconds=seconds, events=self._tool_events(row.t, text_id, func_id))
+        self.outbox.append(frame)
+        if self.on_frame is not None and self.failure is None:
+            try:
+                self.on_frame(frame)
+            except Exception as e:  # raised to the caller once the tick is done (SessionGroup.run): the others'
+                self.failure = e    # rows of the tick are finished first
+
 
     def _tool_events(self, t: int, text_id: int, func_id: int) -> tuple:
         """What the tool channel makes of the ids position t kept (none over the prompt)."""

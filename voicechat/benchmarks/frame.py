@@ -31,6 +31,7 @@ import numpy as np
 from .. import compute
 import mlx.core as mx
 
+from ..files import write_atomically
 from . import count_ops, peak_memory_gb
 from .workload import FRAME, PARAGRAPH, PROMPT, RATE, bench_input, stats, text_id_at
 
@@ -52,22 +53,25 @@ def frame_ops(model) -> dict:
     """Graph nodes of one timeline frame per network (parameters and state evaluated first)."""
     from ..session import Session
     from ..stt import lm
+    from ..tts.mog import KeyNoise
 
     s = Session(model, PROMPT)
-    c, stt = model.config, s.stt
+    c, stt, group = model.config, s.stt, s.group  # a lone session's state: its group's row 0
     audio = mx.zeros((c.llm.hidden_size,))
     prev = mx.array([c.pad_id])
-    text, func = lm.step(stt, c, s.lm_state, audio[None], prev, prev if stt.function_head is not None else None)
-    llm_ops = count_ops(text, *([func] if func is not None else []), *s.lm_state.arrays)
-    mx.eval(text, s.lm_state.arrays)
+    text, func = lm.step(stt, c, group.lm, audio[None], prev, prev if stt.function_head is not None else None)
+    llm_ops = count_ops(text, *([func] if func is not None else []), *group.lm.arrays)
+    mx.eval(text, group.lm.arrays)
     x = bench_input(2)
     projected, encoded = s.listener.push(x)
     perception_ops = count_ops(projected, encoded, *s.listener.arrays())
     mx.eval(projected, encoded, s.listener.arrays())
     st = s.settings
-    codes = s.tts.tts_model.step(s.tts_state, s.prev_code, 300, st.guidance_scale, st.top_p, st.top_k, st.noise_scale)
-    tts_ops = count_ops(codes, *s.tts_state.arrays())
-    mx.eval(codes, s.tts_state.arrays())
+    tts = s.tts.tts_model
+    hidden = tts.step_hidden(group.tts_state, group.prev_code, mx.array([300]))
+    codes = tts.generate_codes(hidden, KeyNoise(0), st.guidance_scale, st.top_p, st.top_k, st.noise_scale)
+    tts_ops = count_ops(codes, *group.tts_state.arrays())
+    mx.eval(codes, group.tts_state.arrays())
     codec = s.tts.audio_codec
     codec_ops = count_ops(*codec.decode_frame(codes.reshape(1, 1, -1), *codec.decoder.initial_histories(1)))
     per = {"perception (2 frames)": perception_ops, "llm": llm_ops, "tts": tts_ops, "codec": codec_ops}
@@ -202,7 +206,7 @@ def main(args=None) -> int:
     r = run(args.model, args.frames, args.runs, args.minutes, args.workload)
     print_table(r)
     if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=1))
+        write_atomically(Path(args.json), json.dumps(r, indent=1).encode("utf-8"))
     return 0
 
 

@@ -74,6 +74,7 @@ class ConvSubsampling(nn.Module):
         if 2**steps != cfg.subsampling_factor or steps < 1:
             raise ConfigError(f"encoder subsampling_factor {cfg.subsampling_factor} is not a power of two")
         self.causal = cfg.causal_downsampling
+        self.feat_in = cfg.feat_in
         channels = cfg.subsampling_conv_channels
         k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
         conv: list[nn.Module] = [nn.Conv2d(1, channels, k, stride=s), nn.ReLU()]
@@ -92,6 +93,16 @@ class ConvSubsampling(nn.Module):
         input would make every matmul convert its bfloat16 weight, every frame."""
         return features[..., None].astype(self.conv[0].weight.dtype)
 
+    def unstrided(self, layer: nn.Module, x: mx.array) -> mx.array:
+        """A 1x1 conv (or a ReLU) over [B, T, F, C]. The 1x1 conv is a product over channels, each item's rows their
+        own (``compute.product``): as one conv, OpenBLAS rounds an item's rows by the batch's row count (a group's
+        streams would move each other's frames by ~1e-6, docs/batching.md §3)."""
+        if not isinstance(layer, nn.Conv2d):
+            return layer(x)
+        b, t, f, c = x.shape
+        y = compute.product(x.reshape(b, t * f, c), layer.weight.reshape(layer.weight.shape[0], c).T)
+        return y.reshape(b, t, f, -1) + layer.bias
+
     def __call__(self, features: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
         # [B, T, F], [B] -> [B, T', d_model], [B]
         x = self.image(features)
@@ -103,7 +114,7 @@ class ConvSubsampling(nn.Module):
                 x = layer(mx.pad(x, [(0, 0), (left, right), (left, right), (0, 0)]))
                 lengths = strided_length(lengths, self.causal)
             else:
-                x = layer(x)
+                x = self.unstrided(layer, x)
             x = zero_past_length(x, lengths)
         b, t, f, c = x.shape
         x = x.transpose(0, 1, 3, 2).reshape(b, t, c * f)  # channel-major flattening, as NeMo's [B, C, T, F]
@@ -177,8 +188,9 @@ class AttentionContext:
 
 def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start=0, history: int = 0,
                       left: Optional[int] = None) -> AttentionContext:
-    """The context of ``length`` new frames from absolute position ``start`` (an int, or a scalar array in a compiled
-    stream step) with ``history`` cached frames before them; ``lengths`` [B] are the valid lengths, absolute. A
+    """The context of ``length`` new frames from absolute position ``start`` (an int, or an array in a compiled stream
+    step: a scalar, or [B], each stream's own) with ``history`` cached frames before them; ``lengths`` [B] are the
+    valid lengths, absolute. A
     stream passes its fixed ``left`` reach (its cache holds that many frames, zeros before the first, all masked)."""
     if left is None:
         left, right = context_reach(cfg, start + length)
@@ -187,15 +199,15 @@ def attention_context(cfg: EncoderConfig, length: int, lengths: mx.array, start=
     block = max(1, min(QUERY_BLOCK, length))
     blocks = -(-length // block)
     span = block + left + right
-    starts = start + mx.arange(blocks)[:, None, None] * block
-    i = starts + mx.arange(block)[None, :, None]  # [blocks, block, 1]
-    j = starts - left + mx.arange(span)[None, None, :]  # [blocks, 1, span]
+    first = mx.reshape(mx.array(start), (-1, 1, 1, 1))  # each item's first new frame (one for all, or one per row)
+    starts = first + mx.arange(blocks)[:, None, None] * block  # [1 or B, blocks, 1, 1]
+    i = starts + mx.arange(block)[None, :, None]  # [1 or B, blocks, block, 1]
+    j = starts - left + mx.arange(span)[None, None, :]  # [1 or B, blocks, 1, span]
     lengths = lengths.astype(mx.int32)
     per_item = lengths[:, None, None, None]
-    allowed = (context_allows(cfg, i, j)[None] & (i[None] < per_item) & (j[None] >= 0) & (j[None] < per_item)
-               & (j[None] < start + length))
+    allowed = context_allows(cfg, i, j) & (i < per_item) & (j >= 0) & (j < per_item) & (j < first + length)
     pos_emb = relative_positional_encoding(mx.arange(left, -right - 1, -1), cfg.d_model)
-    valid = ((start + mx.arange(length))[None, :] < lengths[:, None])[..., None]
+    valid = ((first.reshape(-1, 1) + mx.arange(length)[None, :]) < lengths[:, None])[..., None]
     return AttentionContext(left, right, block, blocks, history, pos_emb, allowed[:, None], valid)
 
 
@@ -420,12 +432,12 @@ class ConformerEncoder(nn.Module):
         """Frames of keys a query can reach back (70 in the release): what a stream's caches hold."""
         return context_reach(self.cfg, 1 << 30)[0]
 
-    def stream_state(self, dtype: mx.Dtype) -> list[mx.array]:
-        """A new stream's caches, per layer [keys, values, conv inputs]: all zeros (masked, as NeMo's left padding)."""
+    def stream_state(self, dtype: mx.Dtype, streams: int = 1) -> list[mx.array]:
+        """New streams' caches, per layer [keys, values, conv inputs]: all zeros (masked, as NeMo's left padding)."""
         cfg = self.cfg
         heads = cfg.n_heads
-        kv = mx.zeros((1, heads, self.stream_reach(), cfg.d_model // heads), dtype)
-        conv = mx.zeros((1, cfg.conv_kernel_size - 1, cfg.d_model), dtype)
+        kv = mx.zeros((streams, heads, self.stream_reach(), cfg.d_model // heads), dtype)
+        conv = mx.zeros((streams, cfg.conv_kernel_size - 1, cfg.d_model), dtype)
         return [a for _ in self.layers for a in (kv, kv, conv)]
 
     def stream_positions(self) -> list[mx.array]:
@@ -437,8 +449,9 @@ class ConformerEncoder(nn.Module):
         return self._positions.arrays
 
     def stream_layers(self, x: mx.array, start: mx.array, valid: mx.array, *state: mx.array) -> tuple:
-        """The conformer layers over a stream's new frames x [1, T, D] from absolute position ``start`` (valid
-        length ``valid`` [1]) with its caches ``state`` -> (out [1, T, D], the new caches)."""
+        """The conformer layers over B streams' new frames x [B, T, D] from absolute position ``start`` (a scalar,
+        or [B]: each stream's own; valid lengths ``valid`` [B]) with their caches ``state`` -> (out [B, T, D], the
+        new caches)."""
         left = self.stream_reach()
         ctx = attention_context(self.cfg, x.shape[1], valid, start=start, history=left, left=left)
         x = self.scale_input(x)
@@ -510,28 +523,37 @@ class SubsamplingStream:
 
     def push(self, mel: mx.array, end: Optional[int] = None) -> mx.array:
         """mel rows [n, F]; ``end``: the valid mel length once the input has ended -> encoder-input frames [1, m, D]."""
-        x, self.carries, counts = self.rows_of(mel, self.carries, final=end is not None,
+        x, self.carries, counts = self.rows_of(mel[None], self.carries, final=end is not None,
                                                starts=(self.rows, *self.emitted), end=end)
         self.rows += mel.shape[0]
         self.emitted = [e + c for e, c in zip(self.emitted, counts)]
         return x
 
-    def advance(self, rows: int, carries: list) -> None:
-        """A steady frame went through :meth:`rows_of` outside (compiled): take its carries, count its rows (each
-        stride-2 layer with its one carried row halves them)."""
+    def advance(self, rows: int) -> None:
+        """A steady frame's rows go through :meth:`rows_of` elsewhere (a group's tick, with its carries): count them
+        (each stride-2 layer with its one carried row halves them)."""
         self.rows += rows
         for n in range(len(self.emitted)):
             rows //= SUBSAMPLING_STRIDE
             self.emitted[n] += rows
-        self.carries = list(carries)
+
+    def carry_shapes(self) -> list[tuple[int, ...]]:
+        """Each strided layer's carry per stream once past its first mel row: [1, F, C], the one input row its next
+        output shares with its last (the rows come as 1 + a multiple of the factor: ``MelStream.take``)."""
+        shapes, freq, channels = [], self.sub.feat_in, 1
+        for layer in self.sub.conv:
+            if is_strided(layer):
+                shapes.append((1, freq, channels))
+                freq, channels = strided_length(freq, self.sub.causal), layer.weight.shape[0]
+        return shapes
 
     def rows_of(self, mel: mx.array, carries: list, final: bool = False, starts=None,
                 end: Optional[int] = None) -> tuple[mx.array, list, list]:
-        """The conv stack over new mel rows [n, F] given the strided layers' ``carries`` (None: the left padding),
-        pure: -> (encoder-input frames [1, m, D], new carries, output rows per strided layer). With ``final`` the
-        right padding comes in, and rows from ``starts`` (absolute index of the first row into each layer) at or past
-        their valid length (from ``end``) are zeroed."""
-        x, length = self.sub.image(mel[None]), end
+        """The conv stack over new mel rows [B, n, F] of B streams given the strided layers' ``carries`` (None: the
+        left padding), pure: -> (encoder-input frames [B, m, D], new carries, output rows per strided layer). With
+        ``final`` the right padding comes in, and rows from ``starts`` (absolute index of the first row into each
+        layer) at or past their valid length (from ``end``) are zeroed."""
+        x, length = self.sub.image(mel), end
         start = starts[0] if starts else 0
         x = zero_rows_from(x, start, length)
         new_carries, counts, n = [], [], 0
@@ -544,7 +566,7 @@ class SubsamplingStream:
                 start = starts[n] if starts else 0
                 length = None if length is None else strided_length(length, self.sub.causal)
             elif x.shape[1]:
-                x = layer(x)
+                x = self.sub.unstrided(layer, x)
             x = zero_rows_from(x, start, length)
         b, t, f, c = x.shape
         return self.sub.out(x.transpose(0, 1, 3, 2).reshape(b, t, c * f)), new_carries, counts
@@ -554,7 +576,7 @@ class SubsamplingStream:
         """New input rows -> (the output rows they complete, the input rows still needed)."""
         k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
         if held is None:
-            held = mx.zeros((1, self.left, *x.shape[2:]), x.dtype)
+            held = mx.zeros((x.shape[0], self.left, *x.shape[2:]), x.dtype)
         rows = mx.concatenate([held, x.astype(held.dtype)], axis=1)
         if final:
             rows = mx.concatenate([rows, mx.zeros((1, self.right, *rows.shape[2:]), rows.dtype)], axis=1)
@@ -611,11 +633,17 @@ class EncoderStream:
         self.frames += count
         return x[0]
 
-    def advance(self, frames: int, state: list) -> None:
-        """Frames computed outside (a compiled steady frame): take the new caches."""
-        self.frames += frames
-        self.state = list(state)
+    def advance(self, mel_rows: int) -> None:
+        """A steady frame (``mel_rows`` new rows, one new frame) computed elsewhere, with the caches held there (a
+        group's tick, :class:`voicechat.stt.perception.PerceptionRows`): count it."""
+        self.subsampling.advance(mel_rows)
+        self.frames += 1
 
     def arrays(self) -> list[mx.array]:
-        """The stream's state (to evaluate with its output)."""
-        return [c for c in self.subsampling.carries if c is not None] + (self.state or [])
+        """The stream's state: the strided layers' carries, then each layer's caches."""
+        return [*self.subsampling.carries, *self.state]
+
+    def load(self, arrays: Optional[list[mx.array]]) -> None:
+        """Take the state :meth:`arrays` gave (from where it is held between pushes); None: hold none."""
+        n = len(self.subsampling.carries)
+        self.subsampling.carries, self.state = (list(arrays[:n]), list(arrays[n:])) if arrays else ([None] * n, None)

@@ -39,10 +39,11 @@ def text_logit_bias(cfg: ModelConfig) -> Optional[mx.array]:
 
 
 class LMState:
-    """One session: the Nemotron-H cache and the text-logit boosts (modules stay stateless)."""
+    """One session (or, with ``rows``, a group's conversations, one per row): the Nemotron-H cache and the
+    text-logit boosts (modules stay stateless)."""
 
-    def __init__(self, stt, cfg: ModelConfig):
-        self.cache = stt.llm.make_cache()
+    def __init__(self, stt, cfg: ModelConfig, rows: Optional[int] = None):
+        self.cache = stt.llm.make_cache(rows)
         self.text_bias = text_logit_bias(cfg)
         self.pad_id = _token_id(cfg, "pad")
 
@@ -105,10 +106,11 @@ def prefill(stt, cfg: ModelConfig, state: LMState, prompt_ids: mx.array,
 
 
 def step(stt, cfg: ModelConfig, state: LMState, audio: mx.array, prev_text: mx.array,
-         prev_function: Optional[mx.array] = None) -> tuple[mx.array, Optional[mx.array]]:
-    """One timeline position (docs/model.md §1.2 F): fuse, one cached LLM step, both heads.
+         prev_function: Optional[mx.array] = None, active=None) -> tuple[mx.array, Optional[mx.array]]:
+    """One timeline position (docs/model.md §1.2 F): fuse, one cached LLM step, both heads. ``active`` [B] bool
+    (numpy; None: all): the rows of a group whose state advances.
 
     audio [B, hidden], prev_text / prev_function [B] -> text_logits [B, V], function_logits [B, V] | None"""
     prev_function = None if prev_function is None else prev_function[:, None]
-    hidden = stt.llm(fuse(stt, cfg, audio[:, None], prev_text[:, None], prev_function), state.cache)
+    hidden = stt.llm(fuse(stt, cfg, audio[:, None], prev_text[:, None], prev_function), state.cache, active)
     return read_heads(stt, state, compute.entry(hidden, 0, axis=1))

@@ -122,7 +122,8 @@ class Featurizer(nn.Module):
         window = mx.pad(self.window, [(left, cfg.n_fft - cfg.win_length - left)])
         spectrum = mx.fft.rfft(frames * window, n=cfg.n_fft, axis=-1)
         power = mx.sqrt(mx.real(spectrum) ** 2 + mx.imag(spectrum) ** 2) ** cfg.mag_power
-        return mx.log(power @ compute.entry(self.fb, 0).T + cfg.log_zero_guard_value)
+        # each item's frames their own product: a group's streams' numbers do not depend on each other (compute.product)
+        return mx.log(compute.product(power, compute.entry(self.fb, 0).T) + cfg.log_zero_guard_value)
 
     def pad_frames(self, features: mx.array, frame_lengths: mx.array) -> mx.array:
         """Frames at and past the valid length become ``pad_value`` (0.0, not the log floor), then the time axis is
@@ -197,16 +198,18 @@ class MelStream:
 
     def columns(self, raw, first, count: int, end) -> mx.array:
         """``count`` columns from raw samples [N] (absolute index ``first - 1`` on: one more on the left for the
-        pre-emphasis) of a signal that ends at ``end`` (the pre-emphasized samples at and past it are 0).
-        ``first`` and ``end`` may be arrays (inside a compiled function). -> [count, F]"""
-        cfg = self.featurizer.cfg
+        pre-emphasis) of a signal that ends at ``end`` (the pre-emphasized samples at and past it are 0). -> [count, F]"""
         if count == 0:
-            return mx.zeros((0, cfg.features))
-        raw = mx.array(raw)
-        emphasized = raw[1:] - cfg.preemph * raw[:-1]  # x[-1] reads as 0, so x'[0] = x[0]
-        position = first + mx.arange(emphasized.shape[0])
-        emphasized = mx.where((position >= 0) & (position < end), emphasized, 0.0)
-        return compute.entry(self.featurizer.log_mel(stft_frames(emphasized[None], count, self.n_fft, self.hop)), 0)
+            return mx.zeros((0, self.featurizer.cfg.features))
+        return compute.entry(self.rows_columns(mx.array(raw)[None], mx.array(first), count, mx.array(end)), 0)
+
+    def rows_columns(self, raw: mx.array, first: mx.array, count: int, end: mx.array) -> mx.array:
+        """:meth:`columns` of B streams at once (a group's steady frames, inside a compiled function): raw [B, N],
+        ``first`` and ``end`` [B] (or scalars) -> [B, count, F]."""
+        emphasized = raw[:, 1:] - self.featurizer.cfg.preemph * raw[:, :-1]  # x[-1] reads as 0, so x'[0] = x[0]
+        position = first.reshape(-1, 1) + mx.arange(emphasized.shape[1])[None]
+        emphasized = mx.where((position >= 0) & (position < end.reshape(-1, 1)), emphasized, 0.0)
+        return self.featurizer.log_mel(stft_frames(emphasized, count, self.n_fft, self.hop))
 
     def _take(self, count: int) -> tuple[np.ndarray, int, int, int]:
         """The raw samples of the next ``count`` columns; forget what no later column reads."""

@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
+
 from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import KVCache
+from ..cache import KVCache, RowsKV, visible_slots, write_slots
 from ..config import LLMConfig
 from ..layers import CausalDepthwiseConv, Linear
 
@@ -37,10 +39,43 @@ class MambaCache:
 
 class LLMCache:
     """One session's Nemotron-H state: a :class:`MambaCache` per Mamba layer, a :class:`KVCache` per attention
-    layer, None per MLP layer."""
+    layer, None per MLP layer. With ``rows``, the state of that many conversations, one per row (attention:
+    :class:`~voicechat.cache.RowsKV`, each row with its own positions)."""
 
-    def __init__(self, pattern: str):
-        self.layers = [MambaCache() if c == "M" else KVCache() if c == "*" else None for c in pattern]
+    def __init__(self, pattern: str, rows: Optional[int] = None):
+        attention = KVCache if rows is None else (lambda: RowsKV(rows))
+        self.rows = rows
+        self.layers = [MambaCache() if c == "M" else attention() if c == "*" else None for c in pattern]
+
+    def with_rows(self, rows: int) -> None:
+        """Room for ``rows`` conversations (a rows cache): every state padded with zero rows."""
+        self.rows = rows
+        for c in self.layers:
+            if isinstance(c, MambaCache):
+                if c.conv is not None:
+                    c.conv, c.ssm = (mx.pad(a, [(0, rows - a.shape[0])] + [(0, 0)] * (a.ndim - 1))
+                                     for a in (c.conv, c.ssm))
+            elif c is not None:
+                c.with_rows(rows, 1)
+        mx.eval(self.state)
+
+    def put(self, row: int, one: "LLMCache") -> None:
+        """Conversation ``one``'s state (a single cache, after its prompt or none) into ``row`` of this rows cache."""
+        for c, src in zip(self.layers, one.layers):
+            if isinstance(c, MambaCache):
+                like = src if src.conv is not None else c
+                if like.conv is None:
+                    continue  # neither has run a position: the first step makes the zero state of every row
+                if c.conv is None:
+                    c.conv, c.ssm = (mx.zeros((self.rows, *a.shape[1:]), a.dtype) for a in (src.conv, src.ssm))
+                for name in ("conv", "ssm"):
+                    buf = getattr(c, name)
+                    value = getattr(src, name) if src.conv is not None else mx.zeros((1, *buf.shape[1:]), buf.dtype)
+                    setattr(c, name, mx.slice_update(buf, value.astype(buf.dtype), mx.array([row] + [0] * (buf.ndim - 1)),
+                                                     axes=tuple(range(buf.ndim))))
+            elif c is not None:
+                c.put([row], src)
+        mx.eval(self.state)
 
     @property
     def state(self) -> list[mx.array]:
@@ -49,7 +84,7 @@ class LLMCache:
         for c in self.layers:
             if isinstance(c, MambaCache):
                 arrays += [a for a in (c.conv, c.ssm) if a is not None]
-            elif isinstance(c, KVCache) and c.keys is not None:
+            elif c is not None and c.keys is not None:
                 arrays += [c.keys, c.values]
         return arrays
 
@@ -260,18 +295,18 @@ class Attention(nn.Module):
         return self.o_proj(o.transpose(0, 2, 1, 3).reshape(bt, length, -1))
 
 
-    def step(self, x: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
-             count: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """One position in fixed shapes: its key/value written to ``slot`` of the buffers [B, kv, C, D], the query
-        attending the first ``count`` slots. [B, 1, hidden] -> ([B, 1, hidden], keys, values)"""
+    def step(self, x: mx.array, keys: mx.array, values: mx.array, slots: mx.array,
+             counts: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """One position in fixed shapes: row r's key/value written to slot ``slots[r]`` of the buffers [B, kv, C, D],
+        its query attending its first ``counts[r]`` slots (``slots``, ``counts`` [B], or [1] for every row).
+        [B, 1, hidden] -> ([B, 1, hidden], keys, values)"""
         bt = x.shape[0]
         q = self.q_proj(x).reshape(bt, 1, self.heads, self.head_dim).transpose(0, 2, 1, 3)
         k = self.k_proj(x).reshape(bt, 1, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(bt, 1, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
-        keys = mx.slice_update(keys, k.astype(keys.dtype), slot, axes=(2,))
-        values = mx.slice_update(values, v.astype(values.dtype), slot, axes=(2,))
+        keys, values = write_slots(keys, k, slots), write_slots(values, v, slots)
         o = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale,
-                                                 mask=mx.arange(keys.shape[2]) < count)
+                                                 mask=visible_slots(counts, keys.shape[2]))
         return self.o_proj(o.transpose(0, 2, 1, 3).reshape(bt, 1, -1)), keys, values
 
 
@@ -317,38 +352,43 @@ class NemotronH(nn.Module):
         self.norm_f = RMSNorm(cfg.hidden_size, cfg.layer_norm_epsilon)
         self._compiled = compute.CompiledFunctions()
 
-    def make_cache(self) -> LLMCache:
-        return LLMCache(self.pattern)
+    def make_cache(self, rows: Optional[int] = None) -> LLMCache:
+        return LLMCache(self.pattern, rows)
 
-    def __call__(self, x: mx.array, cache: Optional[LLMCache] = None) -> mx.array:
-        # [B, L, hidden] -> [B, L, hidden] (after norm_f); cache None: a stand-alone pass from the empty state
+    def __call__(self, x: mx.array, cache: Optional[LLMCache] = None, active: Optional[np.ndarray] = None) -> mx.array:
+        # [B, L, hidden] -> [B, L, hidden] (after norm_f); cache None: a stand-alone pass from the empty state;
+        # ``active`` (one position, rows of a group): the rows whose state advances
         cache = cache if cache is not None else self.make_cache()
         if x.shape[1] == 1:
-            return self.norm_f(self.decode(x, cache))
+            return self.norm_f(self.decode(x, cache, active))
         for layer, layer_cache in zip(self.layers, cache.layers):
             x = layer(x, layer_cache)
         return self.norm_f(x)
 
-    def decode(self, x: mx.array, cache: LLMCache) -> mx.array:
+    def decode(self, x: mx.array, cache: LLMCache, active: Optional[np.ndarray] = None) -> mx.array:
         """One position: the whole stack as one compiled function over fixed-shape state (Mamba conv and SSM states;
         attention key/value buffers that grow by doubling, so it is traced again only then), its
-        elementwise work fused. [B, 1, hidden] -> [B, 1, hidden] before norm_f"""
+        elementwise work fused. Each row has its own slots and counts (a group's rows hold caches of different
+        lengths); ``active`` [B] bool: the rows whose state advances (None: all; the others keep theirs exactly).
+        [B, 1, hidden] -> [B, 1, hidden] before norm_f"""
         states, steps = [], []
         for c in cache.layers:
             if isinstance(c, MambaCache):
                 states += self.mamba_state(c, x)
-            elif isinstance(c, KVCache):
+            elif c is not None:
                 steps.append(c.reserve_step(mx.zeros((x.shape[0], self.cfg.num_key_value_heads, 1, self.cfg.head_dim),
                                                      x.dtype)))
                 states += [c.keys, c.values]
-        slots, counts = (mx.array(v) for v in zip(*steps)) if steps else (mx.zeros((0,), mx.int32),) * 2
-        x, *states = self._compiled.get("decode", self.run_decode)(x, slots, counts, *states)
+        slots, counts = ((mx.array(np.stack(v).astype(np.int32)) for v in zip(*steps)) if steps
+                         else (mx.zeros((0, 1), mx.int32),) * 2)
+        keep = mx.array(np.ones(x.shape[0], bool) if active is None else active)
+        x, *states = self._compiled.get("decode", self.run_decode)(x, slots, counts, keep, *states)
         for c in cache.layers:
             if isinstance(c, MambaCache):
                 (c.conv, c.ssm), states = states[:2], states[2:]
-            elif isinstance(c, KVCache):
+            elif c is not None:
                 (c.keys, c.values), states = states[:2], states[2:]
-                c.offset += 1
+                c.advance(active)
         return x
 
     def warm_up(self, capacities: list[int]) -> None:
@@ -375,20 +415,23 @@ class NemotronH(nn.Module):
             c.ssm = mx.zeros((x.shape[0], cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size), mx.float32)
         return [c.conv, c.ssm]
 
-    def run_decode(self, x: mx.array, slots: mx.array, counts: mx.array, *states: mx.array) -> tuple:
-        """Every block on one position: (x, per Mamba block conv and ssm, per attention block keys and values)
-        -> (x, the new states in the same order)."""
+    def run_decode(self, x: mx.array, slots: mx.array, counts: mx.array, active: mx.array, *states: mx.array) -> tuple:
+        """Every block on one position: (x, per attention block the rows' slots and counts [A, B], the rows that
+        advance [B], per Mamba block conv and ssm, per attention block keys and values) -> (x, the new states in the
+        same order)."""
         out, states, a = [], list(states), 0
         for layer in self.layers:
             mixer = layer.mixer
             if isinstance(mixer, Mamba2Mixer):
                 cache = MambaCache()
-                (cache.conv, cache.ssm), states = states[:2], states[2:]
+                (conv, ssm), states = states[:2], states[2:]
+                cache.conv, cache.ssm = conv, ssm
                 x = layer(x, cache)
-                out += [cache.conv, cache.ssm]
+                out += [compute.kept_where(active, cache.conv, conv), compute.kept_where(active, cache.ssm, ssm)]
             elif isinstance(mixer, Attention):
                 (keys, values), states = states[:2], states[2:]
-                y, keys, values = mixer.step(layer.norm(x), keys, values, slots[a:a + 1], compute.entry(counts, a))
+                y, keys, values = mixer.step(layer.norm(x), keys, values, compute.entry(slots, a),
+                                             compute.entry(counts, a))
                 x, a = x + y, a + 1
                 out += [keys, values]
             else:

@@ -81,12 +81,19 @@ class RNNTDecoder(nn.Module):
     def predict(self, token: Optional[int], state: Optional[LSTMState]) -> tuple[mx.array, LSTMState]:
         """One step. ``token`` None is the start of the sequence: a zero input vector and, with ``state`` None, the
         zero state (NeMo's ``predict(None)``). Returns g [1, pred_hidden] and the new state."""
+        return self.predict_rows([token], [state])[0]
+
+    def predict_rows(self, tokens: list, states: list) -> list[tuple[mx.array, LSTMState]]:
+        """:meth:`predict` of n hypotheses in one call (a group's transcripts): each one's g [1, pred_hidden] and new
+        state."""
         lstm = self.prediction.dec_rnn.lstm
-        if token is None:
-            x = mx.zeros((1, lstm.hidden_size), lstm.weight_hh_l0.dtype)
-        else:
-            x = self.prediction.embed(mx.array([token]))
-        return lstm(x, state if state is not None else lstm.zero_state(1))
+        embedded = self.prediction.embed(mx.array([0 if t is None else t for t in tokens]))
+        started = mx.array([t is not None for t in tokens])[:, None]
+        x = mx.where(started, embedded, mx.zeros((1, lstm.hidden_size), lstm.weight_hh_l0.dtype))
+        states = [s if s is not None else lstm.zero_state(1) for s in states]
+        state = [tuple(mx.concatenate([s[n][k] for s in states]) for k in (0, 1)) for n in range(lstm.num_layers)]
+        g, new = lstm(x, state)
+        return [(g[i:i + 1], [(h[i:i + 1], c[i:i + 1]) for h, c in new]) for i in range(len(tokens))]
 
 
 class RNNTJoint(nn.Module):
@@ -135,26 +142,34 @@ class RNNTGreedy:
     def new_state(self) -> RNNTState:
         return RNNTState()
 
-    def first_joint(self, state: RNNTState, enc_frame: mx.array) -> tuple[mx.array, mx.array]:
-        """The frame's joint input and the argmax of its first joint call, lazily (a loop can evaluate them with the
-        rest of its frame): enc_frame [1, encoder_hidden] -> (enc(f) [1, J], id [1])."""
-        if state.prediction is None:
-            state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
-        projected = self.joint.enc(enc_frame)
-        return projected, mx.argmax(self.joint(projected, state.prediction[0]), axis=-1)
+    def first_joints(self, states: list[RNNTState], enc_frames: mx.array) -> tuple[mx.array, mx.array]:
+        """The joint input and the argmax of the first joint call of one frame for each of n hypotheses, in one call
+        and lazily (a loop evaluates them with the rest of its frame; a group's rows together): the prediction
+        networks that a symbol moved run first (one call). enc_frames [n, encoder_hidden] -> (enc(f) [n, J], ids [n])."""
+        moved = [s for s in states if s.prediction is None]
+        if moved:
+            predicted = self.decoder.predict_rows([s.last_token for s in moved], [s.lstm_state for s in moved])
+            for s, prediction in zip(moved, predicted):
+                s.prediction = prediction
+        projected = self.joint.enc(enc_frames)
+        g = mx.concatenate([s.prediction[0] for s in states])
+        return projected, mx.argmax(self.joint(projected, g), axis=-1)
 
     def decode_frame(self, state: RNNTState, enc_frame: mx.array,
-                     first: Optional[tuple[mx.array, mx.array]] = None) -> list[int]:
+                     first: Optional[tuple[mx.array, int]] = None) -> list[int]:
         """Consume one encoder frame [1, encoder_hidden]; returns the ids emitted at it (and appends them to
-        ``state.tokens``). ``first``: :meth:`first_joint` of this frame for this state, already computed."""
-        projected, token = first if first is not None else self.first_joint(state, enc_frame)
+        ``state.tokens``). ``first``: this frame's enc(f) [1, J] and first id (:meth:`first_joints`, read back) for
+        this state, already computed."""
+        if first is None:
+            projected, token = self.first_joints([state], enc_frame)
+            first = projected, token.item()
+        projected, token = first
         emitted = []
         for n in range(self.max_symbols):
             if n:
                 if state.prediction is None:
                     state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
-                token = mx.argmax(self.joint(projected, state.prediction[0]), axis=-1)
-            token = token.item()
+                token = mx.argmax(self.joint(projected, state.prediction[0]), axis=-1).item()
             if token == self.blank_id:
                 break
             emitted.append(token)

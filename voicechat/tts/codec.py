@@ -165,7 +165,7 @@ class StridedConvTranspose1d(nn.Module):
         # [B, T, C_in] @ [C_in, k * C_out] -> [B, T * k, C_out]
         c_in, k, c_out = self.weight.shape
         b, t = x.shape[0], x.shape[1]
-        return (x @ self.weight.reshape(c_in, k * c_out)).reshape(b, t * k, c_out)
+        return compute.product(x, self.weight.reshape(c_in, k * c_out)).reshape(b, t * k, c_out)
 
 
 def run_layers(layers: list, x: mx.array, histories: list) -> tuple[mx.array, list]:
@@ -375,7 +375,7 @@ class StreamingDecoder:
         tail = cfg.n_fft - cfg.hop_length
         self.histories = codec.decoder.initial_histories(batch_size)
         self.pending = mx.zeros((batch_size, tail))
-        self.pending_envelope = mx.zeros((1, tail))
+        self.pending_envelope = mx.zeros((batch_size, tail))
         self.to_skip = self.crop  # samples still to drop at the start
         self.frames = 0
         self.as_numpy = False
@@ -412,6 +412,23 @@ class StreamingDecoder:
             raise ValueError("this codec stream was flushed; start a new one with codec.stream()")
         if arr.shape[1] == 0:
             return mx.zeros((arr.shape[0], 0))
+        signal, envelope = self._advance(arr)
+        return self._emit(signal, envelope)
+
+    def append_rows(self, codes: mx.array, active: np.ndarray) -> mx.array:
+        """One code frame [B, 1, Q] for a group's rows, each its own stream (docs/batching.md): the rows not
+        ``active`` keep their state exactly; -> every row's finished samples [B, 1764] before the start crop, which
+        each conversation drops from its own first frame (:attr:`crop`)."""
+        before = self.arrays
+        signal, envelope = self._advance(codes)
+        keep = mx.array(active)
+        self.pending, self.pending_envelope, *self.histories = (compute.kept_where(keep, new, old)
+                                                                for new, old in zip(self.arrays, before))
+        return signal / envelope
+
+    def _advance(self, arr: mx.array) -> tuple[mx.array, mx.array]:
+        """The frames of codes [B, k, Q] overlap-added onto the state: (finished samples, their window envelope)
+        [B, k * 1764] each, before normalisation and the start crop."""
         pieces = []
         for i in range(arr.shape[1]):
             # one code frame per pass: every matmul sees the same shapes however the frames are grouped, so the
@@ -419,19 +436,37 @@ class StreamingDecoder:
             piece, *self.histories = self.codec.decode_frame(arr[:, i:i + 1], *self.histories)
             pieces.append(piece)
         frames = mx.concatenate(pieces, axis=1)  # [B, F, n_fft]
-        window_sq = mx.broadcast_to(periodic_hann(self.n_fft) ** 2, (1, *frames.shape[1:]))
+        window_sq = mx.broadcast_to(periodic_hann(self.n_fft) ** 2, frames.shape)
         done = frames.shape[1] * self.hop
         signal = overlap_add(frames, self.hop, self.pending)  # [B, done + n_fft - hop]
         envelope = overlap_add(window_sq, self.hop, self.pending_envelope)
         self.pending = mx.contiguous(signal[:, done:])
         self.pending_envelope = mx.contiguous(envelope[:, done:])
         self.frames += arr.shape[1]
-        return self._emit(signal[:, :done], envelope[:, :done])
+        return signal[:, :done], envelope[:, :done]
+
+    def with_rows(self, rows: int) -> None:
+        """Room for ``rows`` streams: every state padded with fresh rows."""
+        self.pending, self.pending_envelope, *self.histories = (
+            mx.pad(a, [(0, rows - a.shape[0])] + [(0, 0)] * (a.ndim - 1)) for a in self.arrays)
+        mx.eval(self.arrays)
+
+    def restart_row(self, row: int) -> None:
+        """Row ``row`` back to a fresh stream's state (a conversation joins a group there)."""
+        self.pending, self.pending_envelope, *self.histories = (
+            mx.slice_update(a, mx.zeros((1, *a.shape[1:]), a.dtype), mx.array([row] + [0] * (a.ndim - 1)),
+                            axes=tuple(range(a.ndim))) for a in self.arrays)
+        mx.eval(self.arrays)
 
     @property
     def arrays(self) -> list[mx.array]:
         """The stream's state, to evaluate with the samples ``append`` returns."""
         return [self.pending, self.pending_envelope, *self.histories]
+
+    def tail(self, row: int) -> mx.array:
+        """Row ``row``'s last (n_fft - hop)/2 samples once its input has ended, as :meth:`flush` gives them: [1, 6]"""
+        keep = self.pending.shape[1] - self.crop
+        return self.pending[row:row + 1, :keep] / self.pending_envelope[row:row + 1, :keep]
 
     def flush(self):
         """The last (n_fft - hop)/2 samples of the sequence, [B, 6] (nothing if no frame was pushed); closes it."""

@@ -23,7 +23,7 @@ from ..errors import CheckpointError, ConfigError
 from ..layers import Linear
 from .gemma3 import Gemma3TextModel
 from .layers import RMSNorm
-from .mog import KeyNoise, MoGHead, NoiseSource
+from .mog import Filters, KeyNoise, MoGHead, NoiseSource
 from .subword import CharAwareSubwordEncoder, CharTable, flag_tables
 
 # NeMo builds the fusion as GatedProjectedSumRMSNorm(H, H, H, num_quantizers): the 4th positional argument is
@@ -148,6 +148,16 @@ class GatedProjectedSumRMSNorm(nn.Module):
         return self.final_norm(mx.sigmoid(self.residual_scale) * (g * a + (1.0 - g) * t))
 
 
+@dataclass(frozen=True)
+class TTSSettings:
+    """One conversation's code sampling: classifier-free guidance scale, top-p or top-k (at most one), noise scale."""
+
+    guidance_scale: float
+    top_p: Optional[float]
+    top_k: Optional[int]
+    noise_scale: float
+
+
 @dataclass
 class TTSState:
     """One session's TTS state: the backbone caches of both CFG rows (positions continue across steps) and its
@@ -253,36 +263,54 @@ class RVQEARTTSModel(nn.Module):
         return state, hidden
 
     # -- one frame ---------------------------------------------------------------------------------------------
-    def step_hidden(self, state: TTSState, prev_code, subword_id) -> mx.array:
-        """docs/model.md §2.5.6: backbone output [2, 1, H] for one frame from the previous codes [Q] and the current subword
-        (host values or device arrays: nothing here waits for the host)."""
-        x = self._compiled.get("step inputs", self.step_inputs)(mx.array(prev_code).astype(mx.int32),
-                                                                mx.array(subword_id).astype(mx.int32))
-        return self.backbone(x, state.caches)
+    def step_hidden(self, state: TTSState, prev_code, subword_id, active: Optional[np.ndarray] = None) -> mx.array:
+        """docs/model.md §2.5.6: backbone output [2R, 1, H] ([conditional rows; unconditional rows]) for one frame of
+        R conversations from their previous codes [R, Q] (or [Q]) and current subwords [R] (or one); host values
+        or device arrays: nothing here waits for the host. ``active``: the rows whose caches advance (a group's)."""
+        code = mx.array(prev_code).astype(mx.int32)
+        x = self._compiled.get("step inputs", self.step_inputs)(code.reshape(-1, code.shape[-1]),
+                                                                mx.array(subword_id).astype(mx.int32).reshape(-1))
+        return self.backbone.step(x, state.caches, None if active is None else np.concatenate([active, active]))
 
     def step_inputs(self, prev_code: mx.array, subword_id: mx.array) -> mx.array:
-        """The backbone input of one step: the previous codes' embedding fused with the subword's conditioning.
-        [Q], [] -> [2, 1, H]"""
-        code_embeds = self.embed_code(depthsum(self.rvq_embs, prev_code.reshape(1, 1, -1)))
-        cond = self.conditioning(subword_id.reshape(1, 1), np.ones((1, 1), dtype=bool))
-        return self.fuse(code_embeds, cond)
+        """The backbone input of one step: the previous codes' embedding fused with the subword's conditioning, both
+        CFG rows of each conversation. [R, Q], [R] -> [2R, 1, H]"""
+        code_embeds = self.embed_code(depthsum(self.rvq_embs, prev_code[:, None]))  # [R, 1, H]
+        cond = self.conditioning(subword_id[:, None], np.ones((subword_id.shape[0], 1), dtype=bool))
+        return self.fuse(mx.concatenate([code_embeds, code_embeds]), cond)
+
+    def resolved(self, guidance_scale: Optional[float] = None, top_p: Optional[float] = None,
+                 top_k: Optional[int] = None, noise_scale: Optional[float] = None) -> "TTSSettings":
+        """Settings with the config's defaults for those not given (a top-k wins over a top-p)."""
+        cfg = self.cfg
+        if top_p is None and top_k is None:
+            top_p, top_k = cfg.top_p, cfg.top_k
+        return TTSSettings(cfg.guidance_scale if guidance_scale is None else guidance_scale,
+                           None if top_k is not None else top_p, top_k,
+                           cfg.noise_scale if noise_scale is None else noise_scale)
 
     def generate_codes(self, hidden: mx.array, noise: NoiseSource, guidance_scale: Optional[float] = None,
                        top_p: Optional[float] = None, top_k: Optional[int] = None,
                        noise_scale: Optional[float] = None) -> mx.array:
-        """docs/model.md §2.5.8 ``generate_step``: hidden [2, 1, H] ([cond; uncond]) -> codes [Q] (int32, on device).
-
-        Settings default to the config's; ``top_k`` wins over ``top_p``. The frame's random draws come first (NeMo's
-        order within each iteration: Gumbel, then normal); the rest is one compiled function per setting."""
-        cfg = self.cfg
-        scale = cfg.guidance_scale if guidance_scale is None else guidance_scale
-        noise_scale = cfg.noise_scale if noise_scale is None else noise_scale
-        if top_p is None and top_k is None:
-            top_p, top_k = cfg.top_p, cfg.top_k
+        """docs/model.md §2.5.8 ``generate_step`` for one conversation: hidden [2, 1, H] -> codes [Q] (int32, on
+        device); settings default to the config's (:meth:`generate_rows` does the work)."""
         iterations = sum(1 for k in self.schedule if k > 0)
         gumbels, normals = noise.frame(iterations, self.mog_head.num_predictions, self.rvq_embs.shape[-1])
-        generate = self._code_generator(scale, top_p, top_k, noise_scale)
-        return generate(hidden, gumbels, normals)
+        settings = [self.resolved(guidance_scale, top_p, top_k, noise_scale)]
+        return self.generate_rows(hidden, gumbels, normals, settings)[0]
+
+    def generate_rows(self, hidden: mx.array, gumbels: mx.array, normals: mx.array,
+                      settings: list["TTSSettings"]) -> mx.array:
+        """``generate_step`` for R conversations at once, each with its own settings (resolved) and draws:
+        hidden [2R, 1, H], gumbels [n, R, components], normals [n, R, latent] -> codes [R, Q]. The frame's random
+        draws come first (NeMo's order within each iteration: Gumbel, then normal); the rest is one compiled function
+        per kind of setting (guided or not, the filter kinds present), the values its inputs."""
+        filters = Filters.of([(s.top_p, s.top_k) for s in settings])
+        guided = any(s.guidance_scale > 0 for s in settings)
+        column = lambda values: mx.array(values, mx.float32).reshape(-1, 1)  # noqa: E731
+        generate = self._compiled.get(("codes", guided, filters.kinds), partial(self._codes, guided, filters))
+        return generate(hidden, gumbels, normals, column([s.guidance_scale for s in settings]),
+                        column([s.noise_scale for s in settings]), *filters.arrays())
 
     def codebooks(self) -> list[Codebook]:
         return self._codebooks.of(self.rvq_embs, Codebook.split)
@@ -290,24 +318,24 @@ class RVQEARTTSModel(nn.Module):
     def prepare(self) -> list[mx.array]:
         return [a for book in self.codebooks() for a in book.arrays()]
 
-    def _code_generator(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float):
-        """The code generation of one setting, compiled (fixed shapes; its elementwise work fused)."""
-        return self._compiled.get((scale, top_p, top_k, noise_scale), partial(self._codes, scale, top_p, top_k, noise_scale))
-
-    def _codes(self, scale: float, top_p: Optional[float], top_k: Optional[int], noise_scale: float,
-               hidden: mx.array, gumbels: mx.array, normals: mx.array) -> mx.array:
+    def _codes(self, guided: bool, filters: Filters, hidden: mx.array, gumbels: mx.array, normals: mx.array,
+               guidance_scale: mx.array, noise_scale: mx.array, *filter_arrays: mx.array) -> mx.array:
         """Per iteration i with k > 0: MoG over embed_code(sum of decided code vectors) + hidden with Gumbel noise
         gumbels[i], z = mu + exp(logs) * normals[i] * noise_scale, then k codebooks by residual nearest-vector
-        quantisation against the unpadded codebooks (``rvq_embs``, read as :class:`Codebook`)."""
+        quantisation against the unpadded codebooks (``rvq_embs``, read as :class:`Codebook`); every row its own."""
         books = self.codebooks()
-        cond, uncond = compute.entry(hidden, 0), compute.entry(hidden, 1)  # [1, H] each
+        rows = hidden.shape[0] // 2
+        halves = hidden.reshape(2, rows, hidden.shape[-1])
+        cond, uncond = compute.entry(halves, 0), compute.entry(halves, 1)  # [R, H] each
         normals = normals.astype(hidden.dtype)  # randn_like(mu): one conversion, not a codebook's per decision
-        decided = mx.zeros((1, self.rvq_embs.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
+        noise_scale = noise_scale.astype(hidden.dtype)
+        decided = mx.zeros((rows, self.rvq_embs.shape[-1]), dtype=hidden.dtype)  # depthsum of the codes decided so far
+        choose = partial(filters.apply, kind=filter_arrays[0], mass=filter_arrays[1], k=filter_arrays[2])
         codes, start = [], 0
         for i, k in enumerate(k for k in self.schedule if k > 0):
             e = self.embed_code(decided)
-            x = mx.concatenate([e + cond, e + uncond]) if scale > 0 else e + cond
-            mu, logs = self.mog_head.infer(x, scale, top_p, top_k, compute.entry(gumbels, i))
+            x = mx.concatenate([e + cond, e + uncond]) if guided else e + cond
+            mu, logs = self.mog_head.infer(x, guidance_scale if guided else None, choose, compute.entry(gumbels, i))
             z = mu + mx.exp(logs) * compute.entry(normals, i) * noise_scale
             for book in books[start:start + k]:
                 idx = nearest_code(book, z)
@@ -315,12 +343,12 @@ class RVQEARTTSModel(nn.Module):
                 z, decided = z - chosen, decided + chosen
                 codes.append(idx)
             start += k
-        return mx.concatenate(codes).astype(mx.int32)
+        return mx.stack(codes, axis=-1).astype(mx.int32)
 
     def step(self, state: TTSState, prev_code, subword_id,
              guidance_scale: Optional[float] = None, top_p: Optional[float] = None, top_k: Optional[int] = None,
              noise_scale: Optional[float] = None) -> mx.array:
-        """One 80 ms frame: previous codes [Q] + current subword id (host or device) -> new codes [Q] (lazy; no host
-        sync inside)."""
+        """One 80 ms frame of one conversation: previous codes [Q] + current subword id (host or device) -> new codes
+        [Q] (lazy; no host sync inside)."""
         hidden = self.step_hidden(state, prev_code, subword_id)
         return self.generate_codes(hidden, state.noise, guidance_scale, top_p, top_k, noise_scale)

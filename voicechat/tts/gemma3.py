@@ -8,12 +8,15 @@ Inputs are embeddings, not ids, and are not scaled by sqrt(hidden) (the scaling 
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 
 from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import KVCache
+from ..cache import KVCache, RowsKV, visible_slots, write_slots
 from ..config import GemmaConfig
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
@@ -51,14 +54,14 @@ class Gemma3Attention(nn.Module):
         out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
         return self.o_proj(merge_heads(out))
 
-    def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slot: mx.array,
+    def step(self, x: mx.array, position: mx.array, keys: mx.array, values: mx.array, slots: mx.array,
              mask: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        """One position in fixed shapes: x [B, 1, H] at ``position``; its key/value go to ``slot`` of the buffers
-        [B, N, C, D]; the query sees the slots ``mask`` [C] holds (the order of slots does not matter: positions are
-        in the keys through RoPE). -> (out [B, 1, H], keys, values)"""
+        """One position in fixed shapes: row r of x [B, 1, H] at ``position[r]``; its key/value go to slot
+        ``slots[r]`` of the buffers [B, N, C, D] (``position``, ``slots`` [B] or [1] for all rows); the query sees
+        the slots ``mask`` [B or 1, 1, 1, C] holds (the order of slots does not matter: positions are in the keys
+        through RoPE). -> (out [B, 1, H], keys, values)"""
         q, k, v = self.project(x, position)
-        keys = mx.slice_update(keys, k.astype(keys.dtype), slot, axes=(2,))
-        values = mx.slice_update(values, v.astype(values.dtype), slot, axes=(2,))
+        keys, values = write_slots(keys, k, slots), write_slots(values, v, slots)
         out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
         return self.o_proj(merge_heads(out)), keys, values
 
@@ -99,6 +102,12 @@ class Gemma3TextModel(nn.Module):
     def make_caches(self) -> list[KVCache]:
         return [KVCache(self.cfg.sliding_window if t == "sliding_attention" else None) for t in self.cfg.layer_types]
 
+    def make_rows_caches(self, conversations: int) -> list[RowsKV]:
+        """A group's caches: per layer one buffer of each conversation's two CFG rows, [conditional rows;
+        unconditional rows]."""
+        return [RowsKV(2 * conversations, self.cfg.sliding_window if t == "sliding_attention" else None)
+                for t in self.cfg.layer_types]
+
     def __call__(self, x: mx.array, caches: list) -> mx.array:
         # [B, L, H] -> [B, L, H] (after the final norm)
         if x.shape[1] == 1 and caches[0].offset > 0:
@@ -114,27 +123,30 @@ class Gemma3TextModel(nn.Module):
             caches = self.caches_at(capacity, rows, dtype)
             mx.eval(self.step(x, caches), [c.arrays() for c in caches])
 
-    def caches_at(self, capacity: int, rows: int, dtype: mx.Dtype) -> list[KVCache]:
-        """Zero caches whose next step meets buffers of ``capacity`` slots (a window's layers: at most the window)."""
-        cfg, caches = self.cfg, self.make_caches()
+    def caches_at(self, capacity: int, rows: int, dtype: mx.Dtype) -> list[RowsKV]:
+        """Zero caches of a group of ``rows`` / 2 conversations (the step's shapes in a session) whose next step meets
+        buffers of ``capacity`` slots (a window's layers: at most the window)."""
+        cfg, caches = self.cfg, self.make_rows_caches(rows // 2)
         for cache in caches:
             size = capacity if cache.window is None else min(capacity, cache.window)
             cache.keys = cache.values = mx.zeros((rows, cfg.num_key_value_heads, size, cfg.head_dim), dtype)
-            cache.offset = size - 1
+            cache.offsets = np.full(rows, size - 1)
         return caches
 
-    def step(self, x: mx.array, caches: list) -> mx.array:
+    def step(self, x: mx.array, caches: list, active: Optional[np.ndarray] = None) -> mx.array:
         """One position after a warm-up: the whole stack as one compiled function over fixed-shape cache buffers
-        (they grow by doubling, so it is traced again only then). [B, 1, H] -> [B, 1, H]"""
+        (they grow by doubling, so it is traced again only then); each row at its own position (a group's caches:
+        :class:`~voicechat.cache.RowsKV`), ``active`` the rows that advance (None: all). [B, 1, H] -> [B, 1, H]"""
         like = mx.zeros((x.shape[0], self.cfg.num_key_value_heads, 1, self.cfg.head_dim), x.dtype)
         slots, counts = zip(*(cache.reserve_step(like) for cache in caches))
         buffers = [a for cache in caches for a in (cache.keys, cache.values)]
-        position = mx.array(caches[0].offset)
+        position = mx.array(caches[0].positions().astype(np.int32))
         fn = self._compiled.get("step", self.run_step)  # traced again when a buffer's shape changes
-        out, *buffers = fn(x, position, mx.array(slots), mx.array(counts), *buffers)
+        out, *buffers = fn(x, position, mx.array(np.stack(slots).astype(np.int32)),
+                           mx.array(np.stack(counts).astype(np.int32)), *buffers)
         for i, cache in enumerate(caches):
             cache.keys, cache.values = buffers[2 * i], buffers[2 * i + 1]
-            cache.offset += 1
+            cache.advance(active)
         return out
 
     def run_step(self, x: mx.array, position: mx.array, slots: mx.array, counts: mx.array, *buffers) -> tuple:
@@ -143,7 +155,7 @@ class Gemma3TextModel(nn.Module):
             keys = buffers[2 * i]
             kind = (self.cfg.layer_types[i], keys.shape[2])  # layers of a kind see the same slots: one mask each
             if kind not in masks:
-                masks[kind] = mx.arange(keys.shape[2]) < compute.entry(counts, i)
-            x, keys, values = layer.step(x, position, keys, buffers[2 * i + 1], slots[i:i + 1], masks[kind])
+                masks[kind] = visible_slots(compute.entry(counts, i), keys.shape[2])
+            x, keys, values = layer.step(x, position, keys, buffers[2 * i + 1], compute.entry(slots, i), masks[kind])
             out += [keys, values]
         return (self.norm(x), *out)

@@ -270,10 +270,10 @@ class TalkLive:
 
     def status(self) -> dict:
         model = self.engine.status()
-        if model.state == eng.READY and self.speed.speed.state == "unmeasured" and self.realtime.active is None:
+        if model.state == eng.READY and self.speed.speed.state == "unmeasured" and not self.realtime.active:
             self.speed.start()
         since = self.recorder.open_since()
-        busy = self.realtime.active is not None
+        busy = len(self.realtime.active) >= self.engine.max_sessions  # every conversation slot is taken
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},

@@ -1,0 +1,295 @@
+"""Many conversations on one model (docs/batching.md): each conversation of a group gives exactly what it gives alone.
+
+The reference is the same conversation run alone (a lone session: itself checked against NeMo's offline output on
+every fixture by tests/test_session.py). In the group, conversations join at different ticks (so their caches hold
+different lengths), with different prompts, seeds, speakers, chunkings, text sampling and output modes; rows are
+reused after a conversation leaves, one conversation is cancelled halfway, and one calls tools. Encoder frames (the
+streaming perception: every row's steady frame in one call), transcript ids, text ids, function ids and codes must be
+identical at every position, the samples within 1e-5.
+"""
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Optional
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO
+import voicechat
+from voicechat import GenerationConfig
+from voicechat.errors import SessionsFull
+from voicechat.session import Session
+
+RATE = 16000
+SPEAKER = NEMO / "speaker_22k.wav"
+TTS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}
+
+
+@lru_cache(maxsize=None)
+def model(name: str):
+    return voicechat.load(NEMO / name)
+
+
+@lru_cache(maxsize=None)
+def recording() -> np.ndarray:
+    x, rate = sf.read(HARNESS_WAV, dtype="float32")
+    assert rate == RATE
+    return x
+
+
+def noise(seconds: float, seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(int(RATE * seconds)) * 0.1).astype(np.float32)
+
+
+@dataclass
+class Talk:
+    """One conversation of a test: what it is fed and how, when it joins the group, whether it is cancelled."""
+
+    audio: np.ndarray
+    chunk: int
+    join: int = 0  # the group tick at which it opens
+    prompt: str = ""
+    seed: int = 0
+    speaker: Optional[str] = None
+    config: dict = field(default_factory=dict)
+    cancel_after: Optional[int] = None  # chunks pushed before it is closed
+    script: object = None  # a tools test's scripted function head
+    tools: tuple = ()
+
+    def chunks(self) -> list:
+        return [self.audio[i:i + self.chunk] for i in range(0, len(self.audio), self.chunk)]
+
+    def open(self, m, group=None) -> Session:
+        s = Heard(m, self.prompt, self.seed, self.speaker, GenerationConfig(**self.config), self.tools,
+                    script=self.script() if self.script else None, group=group)
+        if s.script is not None:
+            s.script.session = s
+        return s
+
+
+class Heard(Session):
+    """A session that keeps the encoder frame each of its positions heard (None over the prompt and tool exchanges),
+    read back as the position finishes."""
+
+    def __init__(self, *args, **kwargs):
+        self.encoder_frames = []
+        super().__init__(*args, **kwargs)
+
+    def _finish_row(self, row, *args):
+        heard = row.encoded is not None and row.t >= self.prompt_frames
+        self.encoder_frames.append(np.array(row.encoded) if heard else None)
+        super()._finish_row(row, *args)
+
+
+def same_frames(a: list, b: list) -> bool:
+    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None
+                                                                 and np.array_equal(x, y)) for x, y in zip(a, b))
+
+
+def alone(m, talk: Talk) -> tuple[list, Session]:
+    """The conversation as a lone session: (every frame, the session)."""
+    s = talk.open(m)
+    frames = list(s.prompt_output)
+    chunks = talk.chunks()
+    for i, chunk in enumerate(chunks):
+        if talk.cancel_after is not None and i == talk.cancel_after:
+            return frames, s
+        frames += s.feed(chunk, RATE)
+        frames += s.settle()
+    return frames + s.flush(), s
+
+
+def together(m, talks: list[Talk], max_sessions: int) -> list[tuple[list, Session]]:
+    """The conversations in one group, driven as a server drives it: each tick every open conversation pushes its
+    next chunk, then the group steps; a conversation whose input is used up flushes (the others advance in its
+    ticks); the group never holds more than ``max_sessions`` (a conversation waits for a free row)."""
+    group = m.sessions(max_sessions)
+    waiting = sorted(range(len(talks)), key=lambda i: talks[i].join)
+    state = {}  # index -> [session, chunks left, chunks pushed]
+    frames = {i: [] for i in range(len(talks))}
+    done = {}
+    tick = 0
+    while waiting or state:
+        while waiting and talks[waiting[0]].join <= tick and group.open < max_sessions:
+            i = waiting.pop(0)
+            state[i] = [talks[i].open(m, group), talks[i].chunks(), 0]
+        for i, (s, chunks, pushed) in list(state.items()):
+            talk = talks[i]
+            if talk.cancel_after is not None and pushed == talk.cancel_after:
+                frames[i] += s.close()
+                done[i] = s
+                del state[i]
+            elif chunks:
+                s.push(chunks.pop(0), RATE)
+                state[i][2] += 1
+            elif s.tool_channel is None or not s.tool_channel.paused():
+                frames[i] += s.flush()
+                done[i] = s
+                del state[i]
+        for s, out in group.step().items():
+            i = next(i for i, entry in state.items() if entry[0] is s)
+            frames[i] += out
+        tick += 1
+    return [(frames[i], done[i]) for i in range(len(talks))]
+
+
+def assert_same(solo: list, grouped: list, solo_session: Session, group_session: Session, whole: bool) -> None:
+    assert [f.position for f in grouped] == list(range(len(grouped)))
+    assert len(grouped) == len(solo) if whole else 0 < len(grouped) <= len(solo)
+    solo = solo[:len(grouped)]
+    assert [f.text_id for f in grouped] == [f.text_id for f in solo]
+    assert [f.function_id for f in grouped] == [f.function_id for f in solo]
+    assert np.array_equal(np.stack([f.codes for f in grouped]), np.stack([f.codes for f in solo]))
+    assert same_frames(group_session.encoder_frames, solo_session.encoder_frames[:len(grouped)])
+    assert not whole or any(f is not None for f in group_session.encoder_frames)
+    if solo_session.rnnt is not None:  # the transcript's ids as far as the group ran it
+        tokens = solo_session.rnnt_state.tokens
+        assert tokens[:len(group_session.rnnt_state.tokens)] == group_session.rnnt_state.tokens
+        assert not whole or tokens == group_session.rnnt_state.tokens
+    for a, b in zip(grouped, solo):
+        assert a.audio.shape == b.audio.shape
+        assert a.audio.size == 0 or np.abs(a.audio - b.audio).max() <= 1e-5
+        assert (a.text, a.function_text, a.transcript, a.turn) == (b.text, b.function_text, b.transcript, b.turn)
+    if whole:
+        r, q = group_session.result(), solo_session.result()
+        assert np.array_equal(r.text_tokens, q.text_tokens) and np.array_equal(r.audio_codes, q.audio_codes)
+        assert r.audio.shape == q.audio.shape and np.abs(r.audio - q.audio).max() <= 1e-5
+        assert (r.text, r.function_text, r.user_transcript) == (q.text, q.function_text, q.user_transcript)
+
+
+def check(m, talks: list[Talk], max_sessions: int) -> list[Session]:
+    grouped = together(m, talks, max_sessions)
+    for talk, (frames, s) in zip(talks, grouped):
+        solo, solo_session = alone(m, talk)
+        assert_same(solo, frames, solo_session, s, whole=talk.cancel_after is None)
+    return [s for _, s in grouped]
+
+
+@pytest.mark.parametrize("run", sorted(HARNESS_RUNS))
+def test_each_conversation_of_a_group_is_the_conversation_alone(run):
+    """Four conversations, at most three at once, on each NeMo fixture: staggered joins, a row reused after a
+    leave, one cancelled halfway; prompts, seeds, speakers, chunkings, text sampling and output modes differ."""
+    name, tts = HARNESS_RUNS[run]
+    m, x = model(name), recording()
+    talks = [
+        Talk(x, 1280, 0, "You are a helpful assistant.", 0, None, dict(reference=True, **TTS[tts])),
+        Talk(x[::-1].copy(), 999, 3, "", 7, str(SPEAKER), dict(**TTS[tts])),
+        Talk(noise(1.5, 1), 4000, 5, "Be brief.", 3, None,
+             dict(text_temperature=0.8, text_top_p=0.9, text_repetition_penalty=1.3, extra_seconds=0.0)),
+        Talk(x, 2560, 9, "Say hello to everyone you meet today, and then say it once more.", 11, None,
+             dict(reference=True, text_temperature=1.0, tts_top_p=0.8, tts_top_k=None), cancel_after=6),
+    ]
+    check(m, talks, max_sessions=3)
+
+
+def test_eight_conversations_at_once():
+    """Up to eight rows (the group's rows grow 1, 2, 4, 8 as conversations join), every conversation exact."""
+    m, x = model("tiny_model_aria"), recording()
+    talks = [Talk(np.roll(x, 1000 * i), (640, 1280, 1500, 4096)[i % 4], i, ("", "Hi.", "Be kind.")[i % 3], i,
+                  str(SPEAKER) if i % 2 else None,
+                  dict(text_temperature=0.5 * (i % 3)) | (dict(reference=True) if i % 2 == 0 else {}))
+             for i in range(8)]
+    check(m, talks, max_sessions=8)
+
+
+def test_a_conversation_with_tools_in_a_group(tmp_path):
+    """The tool channel fixes one row's ids (docs/tools.md §5) while the others run free."""
+    from test_tools import ScriptedHead
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+    from voicechat.tools import tool
+
+    @tool
+    def add(a: int, b: int) -> dict:
+        """Add two integers."""
+        return {"sum": a + b}
+
+    m = voicechat.load(write_tiny_checkpoint(tmp_path / "model", seed=0), offline=True)
+    calls = ['<TOOLCALL>[{"name": "add", "arguments": {"a": 40, "b": 2}}]</TOOLCALL>'] * 2
+    talks = [Talk(noise(2.0, 0), 2560, 0, "", 0, None, {}, script=lambda: ScriptedHead(m.tokenizer, list(calls)),
+                  tools=(add,)),
+             Talk(noise(1.0, 1), 1280, 1, "Hi.", 1, None, {}),
+             Talk(noise(1.5, 2), 3000, 2, "", 2, None, dict(reference=True))]
+    told = check(m, talks, max_sessions=3)[0]
+    assert len(told.tool_calls) == 2 and all(c.result == {"sum": 42} for c in told.tool_calls)
+
+
+def test_a_group_with_transcripts(tmp_path):
+    """The release layout's RNNT transcript head beside the batched perception: the rows' first joint calls and
+    prediction networks in one call per tick (random weights emit at most frames, so the rows' hypotheses move at
+    different frames, and a tick built ahead meets a stale first call). Chunkings give one steady frame a push
+    (1280, 999, 640: computed in the ticks, several waiting over a long prompt) or several (4000: a block of the
+    conversation alone), and 1500 both, so a block comes after steady frames still waiting."""
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+
+    m = voicechat.load(write_tiny_checkpoint(tmp_path / "model", seed=1), offline=True)
+    x = np.concatenate([recording(), recording()[::-1]])  # 4.3 s: the rows overlap for most of their frames
+    long = "Say hello to everyone you meet today, and then say it once more."
+    talks = [Talk(x, 1280, 0, "Hi.", 0, None, {}),
+             Talk(x[::-1].copy(), 1500, 0, long, 1, None, dict(reference=True)),
+             Talk(noise(4.0, 5), 999, 1, "", 2, None, dict(text_temperature=0.7)),
+             Talk(x, 4000, 2, "Be brief.", 3, None, {}, cancel_after=9),
+             Talk(noise(3.0, 6), 640, 3, "Hi.", 4, None, {})]
+    grouped = check(m, talks, max_sessions=4)
+    assert all(s.rnnt_state.tokens for s in grouped)
+
+
+def test_a_full_group_refuses_a_conversation_and_a_freed_row_takes_the_next():
+    m = model("tiny_model")
+    group = m.sessions(2)
+    a, b = group.session(), group.session("Hi.")
+    with pytest.raises(SessionsFull, match="2 conversations at most"):
+        group.session()
+    a.close()
+    c = group.session(seed=4)
+    assert c.row == 0 and group.open == 2 and b.row == 1
+
+
+def test_the_state_a_group_holds_is_what_admission_counts():
+    """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays:
+    two conversations of different lengths, the buffers at the longer one's capacity."""
+    from voicechat import compute
+    from voicechat.group import state_bytes
+
+    m = model("tiny_model_aria")
+    group = m.sessions(2)
+    a, b = group.session("You are a helpful assistant.", seed=1), group.session(seed=2)
+    a.push(noise(24.0, 3), RATE)  # 300 positions: past the first capacity (256)
+    b.push(noise(1.0, 4), RATE)
+    while group.step():
+        pass
+    held = [*group.lm.arrays, *group.tts_state.arrays(), group.seen]
+    assert group.positions() == a.position > 256 > b.position
+    assert sum(x.nbytes for x in held) == state_bytes(m.config, 2, a.position, compute.speech_dtype().size)
+    assert all(x.shape[0] in (2, 4) for x in held)  # rows: two conversations (the TTS's: two CFG rows each)
+
+
+def test_a_conversation_that_would_not_fit_is_refused_at_admission():
+    """With the device's memory limit just above what is in use, a group cannot take a conversation that could grow
+    to the timeline limit: a clear refusal when it would join, not an out-of-memory failure later."""
+    import mlx.core as mx
+
+    m = model("tiny_model")
+    group = m.sessions(4)
+    previous = mx.set_memory_limit(mx.get_active_memory() + 100_000)
+    try:
+        with pytest.raises(SessionsFull, match="would not fit in memory"):
+            group.session()
+    finally:
+        mx.set_memory_limit(previous)
+    assert group.open == 0
+    group.session()  # with the memory back, it fits
+
+
+def test_a_servers_default_is_what_fits_at_most_the_measured_bound():
+    import mlx.core as mx
+    from voicechat.group import DEFAULT_MOST_SESSIONS, fitting_sessions
+
+    m = model("tiny_model")
+    assert fitting_sessions(m) == DEFAULT_MOST_SESSIONS  # the tiny model's state fits many times here
+    previous = mx.set_memory_limit(mx.get_active_memory() + 100_000)
+    try:
+        assert fitting_sessions(m) == 1  # at least one: the admission check refuses it if even that cannot fit
+    finally:
+        mx.set_memory_limit(previous)

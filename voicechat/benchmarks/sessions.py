@@ -1,0 +1,135 @@
+"""Many conversations on one model: ``python -m voicechat bench --model M --sessions 1,2,4,8 [--frames N] [--json F]``.
+
+For each N, N conversations in one group (``model.sessions(N)``, docs/batching.md) on the ``speech`` workload
+(workload.py: the harness question as input, the text channel scripted as speech has it, each conversation its own
+seed and a system prompt of its own length). They start staggered, one every ``STAGGER`` ticks, so each joins while
+the others run (its prompt prefill and TTS warm-up between two ticks, its prompt positions in the next ticks). A tick
+is what advancing every conversation by 80 ms costs: each conversation's 80 ms of audio pushed (its samples into its mel
+buffer: a steady frame waits for the tick), then one ``group.step()`` (every network once for all rows, the streaming
+encoder included). Reported per N, over the ticks after the last conversation's prompt: tick p50 / p95 / p99 / max,
+milliseconds per conversation (tick p50 / N), the step alone, the joins (how long each stalled the ticks), the graph
+nodes of one more tick (counted once, untimed), active memory per conversation and the peak; then the largest N whose
+tick p95 stays under 80 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from .. import compute
+import mlx.core as mx
+
+from . import count_ops, peak_memory_gb
+from ..group import SessionGroup
+from .frame import speech_script
+from .workload import FRAME, PROMPT, RATE, bench_input, stats
+
+STAGGER = 3  # ticks between two conversations' starts
+PROMPTS = (PROMPT, "Be brief.", PROMPT + " Answer in one sentence.", "")  # prompts of different lengths, in turn
+
+
+class CountedGroup(SessionGroup):
+    """A group that counts the graph nodes of a tick when asked (``count_next``): export_to_dot is slow, so once."""
+
+    count_next, nodes = False, None
+
+    def _queue(self, tick) -> None:
+        if self.count_next:
+            self.nodes, self.count_next = count_ops(*tick.arrays), False
+        super()._queue(tick)
+
+
+def run_group(model, n: int, frames: int) -> dict:
+    """N staggered conversations fed ``frames`` x 80 ms each; the statistics of the ticks once all have joined."""
+    from ..session import Session
+
+    group = CountedGroup(model, n)
+    x = bench_input(frames + STAGGER * n)
+    step = round(FRAME * RATE)
+    sessions, fed, joins = [], [], []
+    ticks, steps, steady_from = [], [], None
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    tick = 0
+    while len(sessions) < n or min(fed) * step < len(x) - step:
+        if len(sessions) < n and tick == STAGGER * len(sessions):
+            prompt = PROMPTS[len(sessions) % len(PROMPTS)]
+            t0 = time.perf_counter()
+            s = Session(model, prompt, len(sessions), script=speech_script(model, model.prompt_length(prompt)),
+                        group=group)
+            joins.append(time.perf_counter() - t0)
+            sessions.append(s)
+            fed.append(0)
+        t0 = time.perf_counter()
+        for i, s in enumerate(sessions):
+            s.push(x[fed[i] * step:(fed[i] + 1) * step], RATE)
+            fed[i] += 1
+        t1 = time.perf_counter()
+        group.step()
+        t2 = time.perf_counter()
+        if steady_from is None and len(sessions) == n and not any(s.prompt_inputs for s in sessions):
+            steady_from = len(ticks)
+        ticks.append(t2 - t0)
+        steps.append(t2 - t1)
+        tick += 1
+    steady = ticks[steady_from or 0:]
+    for s in sessions:  # one more tick, its nodes counted
+        s.push(x[-step:], RATE)
+    group.count_next = True
+    group.step()
+    active = mx.get_active_memory()
+    for s in sessions:
+        s.close()
+    tick_stats = stats(steady)
+    return {"sessions": n, "tick": tick_stats, "step": stats(steps[steady_from or 0:]),
+            "ms_per_conversation": tick_stats["p50"] / n, "join": stats(joins), "nodes_per_tick": group.nodes,
+            "active_gb_per_conversation": (active - base) / 1e9 / n, "peak_gb": peak_memory_gb(),
+            "ticks_measured": len(steady)}
+
+
+def run(model_spec: str, counts: list[int], frames: int) -> dict:
+    from .. import load
+
+    model = load(model_spec)
+    run_group(model, max(counts), 4)  # warm-up: every row count's shapes once
+    rows = [run_group(model, n, frames) for n in counts]
+    fits = [r["sessions"] for r in rows if r["tick"]["p95"] < FRAME * 1e3]
+    return {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
+            "frames": frames, "stagger_ticks": STAGGER, "rows": rows,
+            "largest_real_time": max(fits) if fits else 0}
+
+
+def print_table(r: dict) -> None:
+    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} frames per conversation, "
+          f"starts {r['stagger_ticks']} ticks apart")
+    print(f"{'N':>3s} {'tick p50':>9s} {'p95':>7s} {'p99':>7s} {'max':>7s} {'ms/conv':>8s} {'step p50':>9s} "
+          f"{'join p50':>9s} {'join max':>9s} {'nodes':>6s} {'GB/conv':>8s} {'peak GB':>8s}")
+    for row in r["rows"]:
+        t, j = row["tick"], row["join"]
+        print(f"{row['sessions']:3d} {t['p50']:9.2f} {t['p95']:7.2f} {t['p99']:7.2f} {t['max']:7.2f} "
+              f"{row['ms_per_conversation']:8.2f} {row['step']['p50']:9.2f} {j['p50']:9.1f} {j['max']:9.1f} "
+              f"{row['nodes_per_tick']:6d} "
+              f"{row['active_gb_per_conversation']:8.4f} {row['peak_gb']:8.3f}")
+    print(f"largest N with tick p95 < {FRAME * 1e3:.0f} ms: {r['largest_real_time']}")
+
+
+def main(args) -> int:
+    r = run(args.model, args.sessions, args.frames)
+    print_table(r)
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+def session_counts(text: str) -> list[int]:
+    """``--sessions 1,2,4``: the conversation counts, each at least 1."""
+    try:
+        counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sessions takes counts like 1,2,4,8; got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--sessions takes counts of at least 1; got {text!r}")
+    return counts

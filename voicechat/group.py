@@ -1,0 +1,498 @@
+"""Many conversations on one model: the frame loop over rows (docs/batching.md).
+
+A :class:`SessionGroup` owns the device state of its conversations, slot-major: every network's caches and states
+with a leading row axis, one row per conversation (the LLM's Mamba states and key/value caches, the TTS backbone's
+caches with each conversation's two CFG rows, the codec decoder's streams, the previous ids and codes, the text
+channel's random keys and seen ids, the TTS draws' keys). A tick steps every conversation whose next position is
+ready as one call per network over all rows; a row that is not ready keeps its state exactly (its caches' positions do
+not advance, its recurrent states are kept with a ``where``). Each :class:`~voicechat.session.Session` keeps its host
+side: its streaming encoder, transcript, text streams, tool channel and its result. A lone session is a group of
+one, so the per-frame code below is the only frame loop there is.
+
+Driving many conversations from a plain loop::
+
+    group = model.sessions(max_sessions=8)
+    a, b = group.session("Be brief.", seed=1), group.session(seed=2)
+    a.push(chunk_a, 16000); b.push(chunk_b, 16000)   # queue audio (numpy); no position runs yet
+    for session, frames in group.step().items(): ...   # one tick: every ready conversation one position further
+    a.flush(); b.flush(); a.result(); b.result()         # the end of each input; the whole conversations
+
+``feed`` (``push`` then ticks until this session's input is used up, the others advancing with it) stays the one call
+a single conversation needs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from . import compute
+import mlx.core as mx
+
+from .cache import capacity_for
+from .errors import ConfigError, SessionsFull
+from .limits import TIMELINE_LIMIT
+from .model import prompt_frames
+from .stt import lm
+from .stt.perception import PerceptionRows, SteadyFrame
+from .tts.eartts import TTSState
+from .tts.mog import KeyNoise, key_draws
+
+LOOKAHEAD = 1  # ticks built and queued on the device while the host reads the one before
+MEMORY_SHARE = 0.5  # of the device's free memory, what a group's state may take as its conversations join
+# a server's default: the most conversations whose tick p95 stayed under 80 ms on this project's 2-core CPU, tiny model
+# (docs/batching.md, bench --sessions); more fit in memory almost anywhere, so speed bounds it
+DEFAULT_MOST_SESSIONS = 4
+
+
+@dataclass
+class Row:
+    """A conversation's part of a tick: its position, its input and what the host reads back."""
+
+    session: object
+    t: int
+    audio: Optional[mx.array]  # [H] the LLM's audio input, None over the prompt
+    encoded: Optional[mx.array]  # [D] encoder frame (None during a tool exchange)
+    valid: bool
+    first: Optional[tuple] = None  # the transcript's first joint call (enc(f) [1, J], id), read back with the tick
+    built_on: int = 0  # transcript length it was built on
+    listen: Optional[SteadyFrame] = None  # the steady frame that gives ``audio`` and ``encoded`` (in the tick)
+
+
+@dataclass
+class Tick:
+    """One tick's work on the device, built lazily and evaluated once; the host reads it afterwards."""
+
+    rows: list[tuple[int, Row]]  # (row index, its part)
+    ids: mx.array  # [R, 2] text and function ids
+    codes: Optional[mx.array]  # [R, Q] (none if no row spoke)
+    samples: Optional[mx.array]  # [R, 1764] before each stream's start crop (none if no row decoded)
+    heard: tuple = ()  # the transcripts' first joint calls: (row indices, enc(f) [n, J], ids [n]) or none
+    state: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)  # per stage, when a row profiles
+    started: float = 0.0  # perf_counter when its building began
+
+    @property
+    def arrays(self) -> list[mx.array]:
+        return [self.ids] + [a for a in (self.codes, self.samples) if a is not None] + list(self.heard[1:]) + self.state
+
+
+def sample_text_tokens(logits: mx.array, best: mx.array, seen: mx.array, specials: mx.array, temperature: mx.array,
+                       penalty: mx.array, top_p: mx.array, keys: mx.array, penalized: bool, nucleus: bool) -> mx.array:
+    """BR's ``_sample_text_token`` for each row with its own settings (``temperature``, ``penalty``, ``top_p``
+    [R, 1], host-made float32) and key [R, 2], on the device: unless the argmax is pad/bos/eos (then it is kept),
+    repetition penalty on the ids ``seen`` before (pad/bos/eos never count), temperature, top-p (keep the smallest
+    prefix of the sorted distribution whose mass reaches p, at least one id), then a draw with the row's key. Rows
+    at temperature 0 take the argmax ``best``; ``penalized`` / ``nucleus``: whether any row has a penalty / a top-p
+    (the others' values are then 1, which changes no number). logits [R, V], best [R], seen [R, V] -> ids [R]"""
+    x = logits.astype(mx.float32)
+    if penalized:
+        x = mx.where(seen, mx.where(x > 0, x / penalty, x * penalty), x)
+    x = x / mx.where(temperature > 0, temperature, 1.0)
+    if nucleus:
+        order = mx.argsort(-x, axis=-1)
+        ranked = mx.take_along_axis(x, order, axis=-1)
+        cumulative = mx.cumsum(mx.softmax(ranked, axis=-1), axis=-1)
+        drop = mx.concatenate([mx.zeros((x.shape[0], 1), mx.bool_), cumulative[:, :-1] > top_p], axis=-1)
+        x = mx.put_along_axis(x, order, mx.where(drop & (top_p < 1.0), -mx.inf, ranked), axis=-1)
+    drawn = mx.vmap(lambda key, row: mx.random.categorical(row, key=key))(keys, x).astype(best.dtype)
+    keep = mx.any(best[:, None] == specials[None], axis=-1) | (temperature[:, 0] == 0)
+    return mx.where(keep, best, drawn)
+
+
+def state_bytes(cfg, rows: int, positions: int, itemsize: int) -> int:
+    """The group's device state for ``rows`` conversations once the longest holds ``positions`` timeline positions
+    (every row's attention buffers have the longest row's capacity, voicechat/cache.py): the LLM's key/value caches
+    and Mamba states, the TTS backbone's caches (two CFG rows each, after its warm-up's positions), the seen ids.
+    ``itemsize``: bytes of the speech dtype. The streaming encoders' and the codec's states (a fixed size per row,
+    small) are not counted."""
+    llm, tts = cfg.llm, cfg.tts.backbone
+    attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(positions) * llm.head_dim
+    mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
+                                      + llm.mamba_num_heads * llm.mamba_head_dim * llm.ssm_state_size * 4)
+    tts_positions = positions + prompt_frames(cfg)  # the warm-up's positions come first
+    window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
+    backbone = sum(2 * 2 * tts.num_key_value_heads * capacity_for(tts_positions, window(kind)) * tts.head_dim
+                   for kind in tts.layer_types)
+    return rows * ((attention + backbone) * itemsize + mamba + llm.vocab_size)
+
+
+def free_memory() -> int:
+    """Bytes the device can still give: the GPU allocator's limit less what is in use; on a CPU the system's
+    available memory (/proc/meminfo), the allocator's limit at most."""
+    in_use = mx.get_active_memory()
+    if compute.on_gpu():
+        return max(0, mx.get_memory_limit() - in_use)
+    try:
+        with open("/proc/meminfo") as info:
+            available = next(int(line.split()[1]) * 1024 for line in info if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return max(0, mx.get_memory_limit() - in_use)
+    return min(available, max(0, mx.get_memory_limit() - in_use))
+
+
+def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
+    """How many conversations a server takes by default: as many as fit (their state at the timeline limit in
+    MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
+    budget = MEMORY_SHARE * free_memory()
+    itemsize = compute.speech_dtype().size
+    n = 1
+    while n < most and state_bytes(model.config, n + 1, TIMELINE_LIMIT, itemsize) <= budget:
+        n += 1
+    return n
+
+
+def column(values, dtype=mx.float32) -> mx.array:
+    return mx.array(np.asarray(values), dtype).reshape(-1, 1)
+
+
+class SessionGroup:
+    """Up to ``max_sessions`` conversations stepped together on one model; use it on the thread that owns MLX.
+    Build it with :meth:`voicechat.Model.sessions`; :meth:`session` opens a conversation in it, :meth:`step`
+    advances every ready conversation by one position."""
+
+    def __init__(self, model, max_sessions: int = 1):
+        if int(max_sessions) < 1:
+            raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
+        self.model, self.cfg = model, model.config
+        self.stt, self.tts = model.net.stt_model, model.net.tts_model
+        self.max_sessions = int(max_sessions)
+        self.members: list = []  # the conversation of each row, None where a row is free
+        self.running: deque = deque()  # ticks queued on the device, oldest first
+        self.finished_at = 0.0  # perf_counter when the last tick was read
+        c = self.cfg
+        self.special_ids = mx.array(sorted({c.pad_id, c.bos_id, c.eos_id}), mx.int32)
+        self.silence = self.tts.codec_silence_tokens.astype(mx.int32)
+        self.rows = 0
+        self.lm = lm.LMState(self.stt, c, rows=0)
+        self.tts_state = TTSState(self.tts.tts_model.backbone.make_rows_caches(0), None)  # the draws: tts_keys
+        self.codec = self.tts.audio_codec.stream(0)
+        self.hearing = PerceptionRows(self.stt.perception, 0)  # the streaming encoders' caches
+        q = c.codec.num_quantizers
+        self.prev_ids = mx.zeros((0, 2), mx.int32)  # text and function ids of each row's last position
+        self.prev_code = mx.zeros((0, q), mx.int32)  # codes of each row's last position
+        self.frame0 = mx.zeros((0, q), mx.int32)  # what each row's codec decodes at position 0
+        self.seen = mx.zeros((0, c.llm.vocab_size), mx.bool_)  # text ids so far, for the repetition penalty
+        self.text_keys = mx.zeros((0, 2), mx.uint32)
+        self.tts_keys = mx.zeros((0, 2), mx.uint32)
+
+    # -- membership ---------------------------------------------------------------------------------------------
+    def session(self, system_prompt: str = "", seed: int = 0, speaker=None, config=None, tools=()):
+        """A conversation in this group (:class:`~voicechat.session.Session`): its prompt positions run in the next
+        ticks, one per tick, beside the other conversations' positions."""
+        from .session import Session
+
+        return Session(self.model, system_prompt, seed, speaker, config, tools, group=self)
+
+    @property
+    def open(self) -> int:
+        return sum(1 for m in self.members if m is not None)
+
+    def _free_row(self) -> int:
+        for row, member in enumerate(self.members):
+            if member is None:
+                return row
+        if len(self.members) >= self.max_sessions:
+            raise SessionsFull(f"this group holds {self.max_sessions} conversations at most and all are open; "
+                               "close one first")
+        self.members.append(None)
+        return len(self.members) - 1
+
+    def join(self, session, prompt_state: lm.LMState, tts_warm, prev_code: mx.array, frame0: mx.array) -> int:
+        """Give ``session`` a row: its prompt's LLM state, its TTS warm-up caches and key, a fresh codec stream,
+        pad ids. Runs between ticks (evaluated here)."""
+        row = self._free_row()
+        rows = self.rows if row < self.rows else min(self.max_sessions, max(row + 1, 2 * self.rows))
+        self._check_memory(rows)
+        if rows > self.rows:
+            self._grow(rows)
+        self.lm.cache.put(row, prompt_state.cache)
+        for rows_cache, one in zip(self.tts_state.caches, tts_warm.caches):
+            rows_cache.put([row, self.rows + row], one)
+        self.codec.restart_row(row)
+        c = self.cfg
+        put = lambda buf, value: mx.slice_update(buf, value.reshape(1, -1).astype(buf.dtype),  # noqa: E731
+                                                 mx.array([row, 0]), axes=(0, 1))
+        self.prev_ids = put(self.prev_ids, mx.array([c.pad_id, c.pad_id]))
+        self.prev_code = put(self.prev_code, prev_code)
+        self.frame0 = put(self.frame0, frame0)
+        self.seen = put(self.seen, mx.zeros((c.llm.vocab_size,), mx.bool_))
+        self.text_keys = put(self.text_keys, session.text_key)
+        noise = session.noise
+        self.tts_keys = put(self.tts_keys, noise.key if isinstance(noise, KeyNoise) else mx.zeros((2,), mx.uint32))
+        mx.eval(self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys)
+        self.members[row] = session
+        return row
+
+    def _check_memory(self, rows: int) -> None:
+        """Refuse a conversation whose group would not fit at the timeline limit: every row may grow to it, so the
+        group's state then (:func:`state_bytes`) must fit in what it holds now and what the device has free (half of
+        it: the rest is the activations' and the other programs')."""
+        itemsize = compute.speech_dtype().size
+        need = state_bytes(self.cfg, rows, TIMELINE_LIMIT, itemsize)
+        have = state_bytes(self.cfg, self.rows, self.positions(), itemsize) + MEMORY_SHARE * free_memory()
+        if need > have:
+            raise SessionsFull(f"one more conversation would not fit in memory: {rows} conversations at the "
+                               f"{TIMELINE_LIMIT}-position limit need {need / 1e9:.1f} GB of state, "
+                               f"{have / 1e9:.1f} GB can be had; close one first")
+
+    def positions(self) -> int:
+        """Positions of the longest conversation's caches (what every row's buffers hold room for)."""
+        offsets = [c.offsets for c in self.lm.cache.layers if c is not None and hasattr(c, "offsets")]
+        return int(max((o.max() for o in offsets if len(o)), default=0))
+
+    def leave(self, session) -> None:
+        """Free ``session``'s row (its state stays until a joining conversation overwrites it)."""
+        self.finish_running()
+        if session.row is not None and self.members[session.row] is session:
+            self.members[session.row] = None
+        session.row = None
+
+    def _grow(self, rows: int) -> None:
+        """Room for ``rows`` conversations: every batched state padded with fresh rows (they double, so each network
+        meets a handful of row counts)."""
+        self.lm.cache.with_rows(rows)
+        for cache in self.tts_state.caches:
+            cache.with_rows(2 * rows, 2)
+        self.codec.with_rows(rows)
+        self.hearing.with_rows(rows)
+        pad = lambda a: mx.pad(a, [(0, rows - a.shape[0]), (0, 0)])  # noqa: E731
+        self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys = (
+            pad(a) for a in (self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys))
+        self.rows = rows
+
+    # -- running ------------------------------------------------------------------------------------------------
+    def step(self) -> dict:
+        """One tick: every conversation whose next position is ready goes one position further, then the host
+        reads it. -> {session: [Frame, ...]} of every conversation with finished frames (those of earlier ticks too)."""
+        tick = self._tick()
+        if tick is not None:
+            self.running.append(tick)
+        self.finish_running()
+        return {m: frames for m in self.members if m is not None and (frames := m._take())}
+
+    def run(self, target) -> list:
+        """Ticks while ``target`` has a ready position (every other ready conversation advancing with it); ->
+        target's finished frames. While a tick runs on the device the next one is built (LOOKAHEAD); with tools,
+        each position is read back before the next is planned (docs/tools.md §5)."""
+        lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
+        while target._ready() and target.failure is None:
+            tick = self._tick()
+            if tick is None:
+                break
+            self.running.append(tick)
+            if len(self.running) > lookahead:
+                self._finish(self.running.popleft())
+        self.finish_running()
+        if target.failure is not None:  # its on_frame raised (generate's progress callback: a cancel)
+            failure, target.failure = target.failure, None
+            target.on_frame = None
+            raise failure
+        return target._take()
+
+    def finish_running(self) -> None:
+        while self.running:
+            self._finish(self.running.popleft())
+
+    def _tick(self) -> Optional[Tick]:
+        """One tick built lazily and its evaluation queued (None when no conversation has a position ready)."""
+        tick = self._build()
+        if tick is not None:
+            self._queue(tick)
+        return tick
+
+    def _queue(self, tick: Tick) -> None:
+        mx.async_eval(tick.arrays)
+        tick.state = []  # a queued tick keeps no reference to the state (docs/streaming.md §5)
+
+    def _build(self) -> Optional[Tick]:
+        """The ready rows' positions, lazily: one call per network for all rows."""
+        started = time.perf_counter()
+        rows = [(r, m._next_row()) for r, m in enumerate(self.members) if m is not None and m._ready()]
+        rows = [(r, row) for r, row in rows if row is not None]
+        if not rows:
+            return None
+        clock = TickClock(any(row.session.clock.profile for _, row in rows))
+        active = np.zeros(self.rows, bool)
+        active[[r for r, _ in rows]] = True
+        self._perceive(rows, clock)
+        ids = self._think(rows, clock)
+        ids = self._fixed(rows, ids)
+        heard = self._transcribe(rows)
+        codes, samples = self._speak(rows, active, ids, clock)
+        self.prev_ids = compute.kept_where(mx.array(active), ids, self.prev_ids)
+        for _, row in rows:
+            row.session.position += 1
+        state = [*self.lm.arrays, *[a for c in self.tts_state.caches for a in c.arrays()], *self.codec.arrays,
+                 self.prev_ids, self.prev_code, self.seen, self.text_keys, self.tts_keys,
+                 *self.hearing.arrays]
+        return Tick(rows, ids, codes, samples, heard, state, clock.seconds, started)
+
+    def _perceive(self, rows: list, clock: "TickClock") -> None:
+        """The steady frames of the rows that hear one, in one call for all rows (their mel columns, subsampling and
+        conformer layers: ``PerceptionRows.steady``); a frame its conversation already computed alone (before a block
+        of its own) is taken as it is."""
+        waiting = [(r, row.listen) for r, row in rows if row.listen is not None and row.listen.encoded is None]
+        if waiting:
+            t0 = time.perf_counter()
+            self.hearing.steady(waiting)
+            clock.stage("encoder", t0, *[a for _, frame in waiting for a in (frame.projected, frame.encoded)],
+                        *self.hearing.arrays)
+        for _, row in rows:
+            if row.listen is not None:
+                row.audio, row.encoded = row.listen.projected, row.listen.encoded
+
+    def _transcribe(self, rows: list) -> tuple:
+        """The transcripts' first joint call of the rows that hear a valid encoder frame, in one call (each row's own
+        prediction network state; docs/model.md §1.2 J) -> (their indices in ``rows``, enc(f) [n, J], ids [n])."""
+        hearing = [i for i, (_, row) in enumerate(rows)
+                   if row.session.rnnt is not None and row.valid and row.encoded is not None]
+        if not hearing:
+            return ()
+        sessions = [rows[i][1].session for i in hearing]
+        projected, ids = sessions[0].rnnt.first_joints([s.rnnt_state for s in sessions],
+                                                       mx.stack([rows[i][1].encoded for i in hearing]))
+        for i, s in zip(hearing, sessions):
+            rows[i][1].built_on = len(s.rnnt_state.tokens)
+        return hearing, projected, ids
+
+    def _think(self, rows: list, clock: "TickClock") -> mx.array:
+        """The LLM for the rows past their prompt: fused input from each row's previous ids -> [R, 2] ids (text
+        sampled with each row's settings, function greedy; pad for every other row) (docs/model.md §1.2 F)."""
+        c = self.cfg
+        thinking = [(r, row) for r, row in rows if row.audio is not None]
+        pad = mx.full((self.rows, 2), c.pad_id, mx.int32)
+        if not thinking:
+            return pad
+        t0 = time.perf_counter()
+        think = np.zeros(self.rows, bool)
+        think[[r for r, _ in thinking]] = True
+        audio = self._row_audio(thinking)
+        has_func = self.stt.function_head is not None
+        text, func = lm.step(self.stt, c, self.lm, audio, self.prev_ids[:, 0],
+                             self.prev_ids[:, 1] if has_func else None, active=think)
+        best_text = mx.argmax(text, axis=-1).astype(mx.int32)
+        gens = [self.members[r].gen if think[r] else thinking[0][1].session.gen for r in range(self.rows)]
+        temperature = column([g.text_temperature for g in gens])
+        sampled = think & (np.array([g.text_temperature for g in gens]) > 0)
+        text_id = best_text
+        if sampled.any():  # greedy rows draw nothing: their keys stay as they are
+            split = mx.vmap(lambda key: mx.random.split(key))(self.text_keys)
+            self.text_keys = compute.kept_where(mx.array(sampled), split[:, 0], self.text_keys)
+            penalties = [g.text_repetition_penalty for g in gens]
+            tops = [g.text_top_p for g in gens]
+            text_id = sample_text_tokens(text, best_text, self.seen, self.special_ids, temperature, column(penalties),
+                                         column(tops), split[:, 1], any(p != 1.0 for p in penalties),
+                                         any(p < 1.0 for p in tops))
+        func_id = mx.argmax(func, axis=-1).astype(mx.int32) if func is not None else pad[:, 1]
+        new = (mx.arange(self.seen.shape[1])[None] == text_id[:, None]) & ~mx.any(
+            text_id[:, None] == self.special_ids[None], axis=-1, keepdims=True)
+        self.seen = compute.kept_where(mx.array(think), self.seen | new, self.seen)
+        ids = compute.kept_where(mx.array(think), mx.stack([text_id, func_id], axis=1), pad)
+        clock.stage("llm", t0, ids, *self.lm.arrays)
+        return ids
+
+    def _row_audio(self, thinking: list) -> mx.array:
+        """The thinking rows' audio inputs in their rows, zeros elsewhere: [R, H] (one stack)."""
+        hidden = thinking[0][1].audio.shape[-1]
+        zero = mx.zeros((hidden,), thinking[0][1].audio.dtype)
+        by_row = {r: row.audio for r, row in thinking}
+        return mx.stack([by_row.get(r, zero) for r in range(self.rows)])
+
+    def _fixed(self, rows: list, ids: mx.array) -> mx.array:
+        """The ids a script or a tool channel fixes for a row's position replace the model's (docs/tools.md §5): one
+        ``where`` for all rows, the fixes made on the host per conversation."""
+        fixes = [(r, row.session._fixes(row)) for r, row in rows]
+        fixes = [(r, f) for r, f in fixes if f != (None, None, None)]
+        if not fixes:
+            return ids
+        table = np.full((self.rows, 3), -1, np.int32)  # text, function, the function id that pads the text
+        for r, f in fixes:
+            table[r] = [-1 if v is None else v for v in f]
+        table = mx.array(table)
+        text, func = ids[:, 0], ids[:, 1]
+        func = mx.where(table[:, 1] >= 0, table[:, 1], func)
+        text = mx.where(table[:, 0] >= 0, table[:, 0], text)
+        text = mx.where((table[:, 2] >= 0) & (func == table[:, 2]), self.cfg.pad_id, text)
+        return mx.stack([text, func], axis=1)
+
+    def _speak(self, rows: list, active: np.ndarray, ids: mx.array, clock: "TickClock"):
+        """The TTS step of the rows past position 0 and the codec's new samples of the rows past their decoder's
+        start, lazily: (codes [R, Q] or None, samples [R, 1764] or None)."""
+        c = self.cfg
+        speak = np.zeros(self.rows, bool)
+        speak[[r for r, row in rows if row.t >= 1]] = True
+        decode = np.zeros(self.rows, bool)
+        decode[[r for r, row in rows if row.t >= row.session.decoder_from]] = True
+        codes = samples = None
+        if speak.any():
+            t0 = time.perf_counter()
+            speaking = mx.array(speak)
+            text_id = ids[:, 0]
+            prev = self.prev_code
+            if c.tts.force_silence_on_eos:  # docs/model.md §1.2 H: the silence codes precede an EOS frame
+                prev = mx.where(((text_id == c.eos_id) & speaking)[:, None], self.silence[None], prev)
+            model = self.tts.tts_model
+            hidden = model.step_hidden(self.tts_state, prev, text_id, active=speak)
+            gumbels, normals = self._draws(rows, speak)
+            first = rows[0][1].session.settings
+            settings = [self.members[r].settings if speak[r] else first for r in range(self.rows)]
+            codes = model.generate_rows(hidden, gumbels, normals, settings)
+            self.prev_code = compute.kept_where(speaking, codes, prev)
+            clock.stage("tts", t0, codes, *[a for cache in self.tts_state.caches for a in cache.arrays()])
+        if decode.any():
+            t0 = time.perf_counter()
+            frame = self.frame0 if codes is None else compute.kept_where(mx.array(speak), codes, self.frame0)
+            samples = self.codec.append_rows(frame[:, None], decode)
+            clock.stage("codec", t0, samples, *self.codec.arrays)
+        return codes, samples
+
+    def _draws(self, rows: list, speak: np.ndarray) -> tuple[mx.array, mx.array]:
+        """Each speaking row's MoG draws from its own key (one call for all rows), or from the noise source a test
+        gave its conversation: (gumbels [n, R, components], normals [n, R, latent])."""
+        model = self.tts.tts_model
+        n = sum(1 for k in model.schedule if k > 0)
+        comps, latent = model.mog_head.num_predictions, model.rvq_embs.shape[-1]
+        keys, gumbels, normals = key_draws(self.tts_keys, n, comps, latent)
+        self.tts_keys = compute.kept_where(mx.array(speak), keys, self.tts_keys)
+        gumbels, normals = gumbels[:, :, 0].swapaxes(0, 1), normals[:, :, 0].swapaxes(0, 1)  # [n, R, ...]
+        replayed = [(r, row.session.noise) for r, row in rows if speak[r] and not isinstance(row.session.noise, KeyNoise)]
+        for r, noise in replayed:  # a test's recorded draws: per conversation, by design
+            g, z = noise.frame(n, comps, latent)
+            gumbels = mx.slice_update(gumbels, g.astype(gumbels.dtype), mx.array([0, r, 0]), axes=(0, 1, 2))
+            normals = mx.slice_update(normals, z.astype(normals.dtype), mx.array([0, r, 0]), axes=(0, 1, 2))
+        return gumbels, normals
+
+    def _finish(self, tick: Tick) -> None:
+        """The host side of an evaluated tick: each row's ids, codes and samples to its conversation."""
+        ids = np.asarray(tick.ids)
+        codes = np.asarray(tick.codes) if tick.codes is not None else None
+        samples = np.asarray(tick.samples) if tick.samples is not None else None
+        if tick.heard:
+            hearing, projected, first = tick.heard
+            for n, (i, token) in enumerate(zip(hearing, np.asarray(first).tolist())):
+                tick.rows[i][1].first = (projected[n:n + 1], token)
+        now = time.perf_counter()
+        took = now - max(tick.started, self.finished_at)  # its wall time, not the one before it (look-ahead)
+        self.finished_at = now
+        for r, row in tick.rows:
+            row.session._finish_row(row, ids[r], codes[r] if codes is not None and row.t >= 1 else None,
+                                    samples[r] if samples is not None and row.t >= row.session.decoder_from else None,
+                                    {"total": took, **tick.seconds})
+
+
+class TickClock:
+    """Wall seconds per stage of a tick, when a row's session profiles (each stage then evaluated on its own)."""
+
+    def __init__(self, profile: bool):
+        self.profile = profile
+        self.seconds: dict[str, float] = {}
+
+    def stage(self, name: str, t0: float, *arrays) -> None:
+        if self.profile:
+            mx.eval(*arrays)
+            self.seconds[name] = time.perf_counter() - t0
