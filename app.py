@@ -35,6 +35,7 @@ import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
+from voicechat.answer import Answer, realtime_factor  # noqa: E402
 from voicechat.audio import check_recording, check_upload, duration_words, read_audio, write_wav  # noqa: E402
 from voicechat.config import NVIDIA_SAMPLING, OUTPUT_SAMPLE_RATE, GenerationConfig  # noqa: E402
 from voicechat.errors import AudioInputError, ModelUnavailable, VoiceChatError  # noqa: E402
@@ -209,13 +210,13 @@ def progress_status(event: eng.Event, prompt_frames: int, bounded: bool, frame_s
     of = f"up to {event.total}" if bounded else f"{event.total}"
     parts = [f"frame {event.done} of {of}", f"{event.seconds:.1f} s"]
     if event.done > 0:
-        parts.append(rtf_text(eng.realtime_factor(event.seconds, event.done, frame_seconds)))
+        parts.append(rtf_text(realtime_factor(event.seconds, event.done, frame_seconds)))
         left = (event.total - event.done) * event.seconds / event.done
         parts.append(f"{'up to ' if bounded else ''}about {duration_words(left)} left")
     return status_html("run", title, " · ".join(parts), event.done / max(event.total, 1))
 
 
-def done_status(answer: eng.Answer) -> str:
+def done_status(answer: Answer) -> str:
     r = answer.result
     detail = (f"{answer.timeline_frames} frames ({answer.timeline_frames * r.frame_seconds:.1f} s of timeline) in "
               f"{answer.wall_seconds:.1f} s · {rtf_text(answer.realtime_factor)} · {r.seconds:.1f} s of answer audio")
@@ -225,7 +226,7 @@ def done_status(answer: eng.Answer) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # timings and downloads
 # ---------------------------------------------------------------------------------------------------------------
-def timings_markdown(answer: eng.Answer, load_seconds: Optional[float]) -> str:
+def timings_markdown(answer: Answer, load_seconds: Optional[float]) -> str:
     r = answer.result
     wall = answer.wall_seconds
     # the stages the session times on their own (Result.timings); the rest of the run is the timeline's positions,
@@ -256,7 +257,7 @@ class Question:
     voice: Optional[Voice] = None  # the voice chosen (None: the checkpoint's default)
 
 
-def save_outputs(answer: eng.Answer, run_dir: Path, ask: Question, model: str, demo_model: bool) -> tuple[Path, Path]:
+def save_outputs(answer: Answer, run_dir: Path, ask: Question, model: str, demo_model: bool) -> tuple[Path, Path]:
     """answer.wav (16-bit PCM at the model's rate) and conversation.json (the CLI's record, voicechat.result)."""
     r = answer.result
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -585,7 +586,7 @@ class RecordAndRun:
         return self._frame(status=status, assistant=event.update.text, function=event.update.function_text,
                            tool_calls=tool_calls_text(list(calls.values()), *frames))
 
-    def _finished(self, answer: eng.Answer, ask: Question, job_id: int) -> tuple:
+    def _finished(self, answer: Answer, ask: Question, job_id: int) -> tuple:
         r = answer.result
         run_dir = self.outputs / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{job_id}-{secrets.token_hex(3)}"
         wav, js = save_outputs(answer, run_dir, ask, self.engine.name, self.demo_mode)

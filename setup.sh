@@ -35,5 +35,5 @@ if [ ! -f "$stamp" ] || [ -n "$(find $lists -newer "$stamp")" ]; then
 fi
 case $what in
   app) exec .venv/bin/python app.py "$@" ;;
-  test) exec .venv/bin/python -m pytest -q -rs tests "$@" ;;
+  test) exec .venv/bin/python -m pytest -q -rfEs tests "$@" ;;
 esac

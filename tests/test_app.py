@@ -31,6 +31,7 @@ import app  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from test_engine import ScriptedModel, loader_for  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
+from voicechat.answer import Answer, Piece  # noqa: E402
 from voicechat.config import GenerationConfig  # noqa: E402
 from voicechat.result import CONVERSATION_FIELDS, Result  # noqa: E402
 
@@ -56,15 +57,15 @@ def text_of(status_html: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # formatting, without a server (the timeline: tests/test_timeline.py)
 # ---------------------------------------------------------------------------------------------------------------
-def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4) -> eng.Answer:
+def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4) -> Answer:
     """A hand-made answer: two words at frames 20 and 23, a function token at 22, a turn from 19 to 25."""
     text = np.full(frames, 12)
     result = Result(text="Hi you", function_text="f", user_transcript="hello", audio=np.zeros(frames * 1764,
                     np.float32), sample_rate=22050, text_tokens=text, function_tokens=text, audio_codes=np.zeros(
                     (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=10,
                     frame_seconds=0.08, timings={"tts warm-up": 0.1, "prompt prefill": 0.3, "transcript": 0.2})
-    return eng.Answer(result, text_pieces=(eng.Piece(20, 101, "Hi", "Hi"), eng.Piece(23, 102, " you", "Ġyou")),
-                      function_pieces=(eng.Piece(22, 7, "", "<tool & call>"),), turn_starts=(19,), turn_ends=(25,),
+    return Answer(result, text_pieces=(Piece(20, 101, "Hi", "Hi"), Piece(23, 102, " you", "Ġyou")),
+                      function_pieces=(Piece(22, 7, "", "<tool & call>"),), turn_starts=(19,), turn_ends=(25,),
                       wall_seconds=wall_seconds)
 
 

@@ -28,7 +28,8 @@ from conftest import HARNESS_WAV, NEMO
 from pulse import SPEAKER_RATE, pulse  # noqa: F401  (pulse: the fixture)
 from voicechat.devices import FAST_AHEAD, FileMicrophone, FileSpeaker, JitterBuffer, Ring
 from voicechat.errors import FellBehind
-from voicechat.live import LagGuard, TerminalView, held_positions, stereo_timeline, tool_lines
+from voicechat.answer import held_positions, stereo_timeline
+from voicechat.live import LagGuard, TerminalView, tool_lines
 from voicechat.result import Result
 from voicechat.tools import ToolCall, ToolEvent
 

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from voicechat import engine as eng
+from voicechat.answer import Answer, Piece
 from voicechat.result import Result
 from voicechat.webui import timeline as tl
 
@@ -54,15 +54,15 @@ def test_tick_times_are_the_multiples_in_range():
     assert "-0" not in str(tl.tick_times(-0.9, 0.5, 1.0))
 
 
-def scripted_answer(first_frame=5, prompt_frames=5, input_frames=10, frames=30, words=None) -> eng.Answer:
+def scripted_answer(first_frame=5, prompt_frames=5, input_frames=10, frames=30, words=None) -> Answer:
     """A hand-made answer: two words at frames 20 and 23, a function token at 22, a turn from 19 to 25."""
     text = np.full(frames, 12)
     result = Result(text="Hi you", function_text="f", user_transcript="hello", audio=np.zeros(frames * 1764,
                     np.float32), sample_rate=22050, text_tokens=text, function_tokens=text, audio_codes=np.zeros(
                     (frames, 31)), first_frame=first_frame, prompt_frames=prompt_frames, input_frames=input_frames,
                     frame_seconds=0.08, timings={"frames": 1.5, "codec": 0.5, "total": 2.0})
-    words = words or (eng.Piece(20, 101, "Hi", "Hi"), eng.Piece(23, 102, " you", "Ġyou"))
-    return eng.Answer(result, text_pieces=tuple(words), function_pieces=(eng.Piece(22, 7, "", "<tool & call>"),),
+    words = words or (Piece(20, 101, "Hi", "Hi"), Piece(23, 102, " you", "Ġyou"))
+    return Answer(result, text_pieces=tuple(words), function_pieces=(Piece(22, 7, "", "<tool & call>"),),
                       turn_starts=(19,), turn_ends=(25,), wall_seconds=2.4)
 
 
@@ -105,11 +105,11 @@ def test_the_row_labels_are_a_column_of_their_own():
     assert ">You<" not in scroller and ">Words<" not in scroller  # not in the part that scrolls
 
 
-def long_answer(seconds: float = 60.0) -> eng.Answer:
+def long_answer(seconds: float = 60.0) -> Answer:
     """A word at every frame of a minute, of every length: the lanes must hold them all apart."""
     frames = round(seconds / 0.08)
     vocabulary = ["I", "Mmm", "wonderful", "a", "WWW", "extraordinarily", "of", "it's"]
-    words = [eng.Piece(5 + f, 100 + f % len(vocabulary), " " + vocabulary[f % len(vocabulary)], "w")
+    words = [Piece(5 + f, 100 + f % len(vocabulary), " " + vocabulary[f % len(vocabulary)], "w")
              for f in range(frames - 5)]
     return scripted_answer(frames=frames, words=words)
 
@@ -133,7 +133,7 @@ def test_labels_of_a_long_answer_never_overlap():
 
 def test_labels_wider_than_the_widest_frames_take_more_lanes():
     long = "x" * 40  # 264 px: four of them on consecutive frames cannot share 3 lanes even at 40 px a frame
-    words = [eng.Piece(20 + i, 100 + i, " " + long, "w") for i in range(4)]
+    words = [Piece(20 + i, 100 + i, " " + long, "w") for i in range(4)]
     html = tl.timeline_html(scripted_answer(words=words), np.zeros(16000, np.float32), 16000)
     assert float(re.search(r'data-px-per-frame="([\d.]+)"', html).group(1)) == tl.MAX_PX_PER_FRAME
     assert len({y for _, y, _, label in words_of(html) if label == long}) == 4
@@ -155,6 +155,6 @@ def test_the_overview_spans_the_whole_answer_in_the_page_width():
 
 
 def test_what_a_token_shows():
-    assert tl.piece_label(eng.Piece(1, 5, " Paris", "ĠParis")) == "Paris"
-    assert tl.piece_label(eng.Piece(1, 6, " ", "Ġ")) == "␣"  # a space alone
-    assert tl.piece_label(eng.Piece(1, 7, "", "<tool_call>")) == "<tool_call>"  # no text: the token's name
+    assert tl.piece_label(Piece(1, 5, " Paris", "ĠParis")) == "Paris"
+    assert tl.piece_label(Piece(1, 6, " ", "Ġ")) == "␣"  # a space alone
+    assert tl.piece_label(Piece(1, 7, "", "<tool_call>")) == "<tool_call>"  # no text: the token's name

@@ -18,6 +18,7 @@ import soundfile as sf
 
 import voicechat
 import voicechat.engine as eng
+from voicechat.answer import make_answer
 from voicechat.__main__ import main
 from voicechat.errors import ConfigError, ToolError
 from voicechat.result import conversation_json
@@ -839,7 +840,7 @@ def test_session_feed_returns_while_a_tool_runs(story):
 
 def test_session_result_is_json(story):
     """The conversation record (the CLI's --json, the app's conversation.json) carries the calls."""
-    record = conversation_json(eng.make_answer(story["tiny"], story["result"], 1.0), source="cli", model="tiny",
+    record = conversation_json(make_answer(story["tiny"], story["result"], 1.0), source="cli", model="tiny",
                                input_file="x.wav", input_sample_rate=16000, input_seconds=3.0, system_prompt="",
                                seed=0, generation_config=voicechat.GenerationConfig())
     back = json.loads(json.dumps(record))

@@ -118,8 +118,8 @@ def load_model(a: argparse.Namespace, scratch: Path):
 
 
 def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
+    from .answer import make_answer
     from .audio import check_recording, read_audio, write_wav
-    from .engine import make_answer
     from .live import terminal_text
     from .result import conversation_json
 

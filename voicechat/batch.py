@@ -309,7 +309,7 @@ class Outcome:
         return self.frames * FRAME_SECONDS
 
     def line(self) -> dict:
-        from .engine import realtime_factor
+        from .answer import realtime_factor
 
         entry = {"id": self.id, "status": self.status}
         if self.status == "failed":
@@ -338,7 +338,7 @@ def read_item(item: Item, gen: GenerationConfig) -> tuple[np.ndarray, int]:
 def answer_files(model, item: Item, settings: RunSettings, samples: np.ndarray, rate: int, gen: GenerationConfig,
                  result, wall: float) -> dict:
     """Every output of an item, name -> bytes, the record last (it marks the item complete)."""
-    from .engine import make_answer
+    from .answer import make_answer
     from .result import conversation_json
 
     answer = make_answer(model, result, wall)
@@ -399,7 +399,7 @@ class BatchProgress:
     def draw(self, running: Sequence["Running"]) -> None:
         """ETA: the wall time so far per item finished, an item in flight counted by its positions; RTF: the wall
         time so far per timeline second computed (the items in flight included)."""
-        from .engine import realtime_factor
+        from .answer import realtime_factor
 
         units = self.finished + sum(run.fraction for run in running)
         frames = self.frames + sum(run.session.position for run in running)

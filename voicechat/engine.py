@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
-import os
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -41,6 +40,7 @@ from tqdm.auto import tqdm
 from .config import GenerationConfig
 from .errors import Cancelled, ToolError, VoiceChatError
 from .limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
+from .answer import Answer, make_answer
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
 from .voices import preview
@@ -76,44 +76,6 @@ class Request:
     tools: tuple = ()  # voicechat.tools.Tool objects the model may call (Result.tool_calls has the calls)
     speaker: Any = None  # the voice: a voicechat.voices.Voice, a speaker name or a WAV path (None: the checkpoint's)
     say: Optional[str] = None  # a voice preview instead (voicechat.voices.preview): the TTS says this; no audio
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One non-pad token of a channel, where it was emitted."""
-
-    frame: int  # timeline position
-    token_id: int
-    text: str  # what the token adds to the decoded text ("" for special tokens)
-    token: str  # the tokenizer's name for it (e.g. "Ġthe", "<s>")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A finished job: the engine's result (numpy only) plus each channel's tokens decoded where they were emitted."""
-
-    result: Result
-    text_pieces: tuple[Piece, ...]
-    function_pieces: tuple[Piece, ...]
-    turn_starts: tuple[int, ...]  # frames where the text channel emitted BOS (the assistant starts a turn)
-    turn_ends: tuple[int, ...]  # frames where it emitted EOS
-    wall_seconds: float
-
-
-    @property
-    def timeline_frames(self) -> int:
-        """Positions computed, system prompt included: the last progress event's ``done``."""
-        return self.result.first_frame + len(self.result.text_tokens)
-
-    @property
-    def realtime_factor(self) -> float:
-        return realtime_factor(self.wall_seconds, self.timeline_frames, self.result.frame_seconds)
-
-
-def realtime_factor(seconds: float, frames: int, frame_seconds: float) -> float:
-    """Wall seconds since the job started per second of timeline computed (every position: system prompt, recording
-    and the silence after it); below 1 is faster than real time. The same definition during a run and after it."""
-    return seconds / max(frames * frame_seconds, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -757,37 +719,6 @@ def host_result(result: Result) -> Result:
     arrays = {f.name: np.asarray(getattr(result, f.name)) for f in dataclasses.fields(result)
               if f.name in ("audio", "text_tokens", "function_tokens", "audio_codes")}
     return dataclasses.replace(result, **arrays)
-
-
-def channel_pieces(tokenizer, ids: Sequence[int], first_frame: int, skip: set[int]) -> tuple[Piece, ...]:
-    """Each token that is not in ``skip``, at its timeline frame, with the text it adds to the decoded channel
-    (decoded incrementally, so byte-level pieces and leading spaces come out as the full decode has them)."""
-    kept = [(first_frame + i, int(t)) for i, t in enumerate(ids) if int(t) not in skip]
-    pieces, decoded = [], ""
-    for n, (frame, token_id) in enumerate(kept):
-        # an unfinished multi-byte character decodes to "\ufffd": it belongs to the token that completes it
-        text = tokenizer.decode([t for _, t in kept[: n + 1]]).rstrip("\ufffd")
-        pieces.append(Piece(frame, token_id, text[len(os.path.commonprefix([decoded, text])):],
-                            tokenizer.id_to_token(token_id) or str(token_id)))
-        decoded = text
-    return tuple(pieces)
-
-
-def frames_of(ids: Sequence[int], token_id: int, first_frame: int) -> tuple[int, ...]:
-    return tuple(first_frame + i for i, t in enumerate(ids) if int(t) == token_id)
-
-
-def make_answer(model, result: Result, wall_seconds: float) -> Answer:
-    cfg = model.config
-    return Answer(
-        result=result,
-        text_pieces=channel_pieces(model.tokenizer, result.text_tokens, result.first_frame,
-                                   {cfg.pad_id, cfg.bos_id, cfg.eos_id}),
-        function_pieces=channel_pieces(model.tokenizer, result.function_tokens, result.first_frame, {cfg.pad_id}),
-        turn_starts=frames_of(result.text_tokens, cfg.bos_id, result.first_frame),
-        turn_ends=frames_of(result.text_tokens, cfg.eos_id, result.first_frame),
-        wall_seconds=wall_seconds,
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -457,48 +457,12 @@ class LiveCall:
 # ---------------------------------------------------------------------------------------------------------------
 # saving and the whole command
 # ---------------------------------------------------------------------------------------------------------------
-def stereo_timeline(user: np.ndarray, user_rate: int, result) -> np.ndarray:
-    """[samples, 2] float32 at the answer's rate: the user's audio left, the answer right, on the 80 ms timeline.
-    The answer starts at ``first_frame``. Each 80 ms of the user's audio sits at the position that heard it: from
-    ``prompt_frames`` on, skipping a tool exchange's positions, which heard the silence embedding while the user's
-    frames waited (docs/tools.md §5: those frames come after the exchange, as the model heard them); audio that no
-    position heard (sent as the call stopped) is left out. Used by ``live --save`` and the app's Talk live tab."""
-    from .audio import resample
-
-    rate = result.sample_rate
-    hop = round(result.frame_seconds * rate)
-    end = result.first_frame + len(result.text_tokens)  # one past the last position
-    voice = resample(np.asarray(user, np.float32), user_rate, rate)
-    right = np.asarray(result.audio, np.float32)
-    out = np.zeros((max((end - result.first_frame) * hop, right.size), 2), np.float32)
-    out[:right.size, 1] = right
-    held = held_positions(result.tool_calls, end)
-    frame = 0
-    for position in range(result.prompt_frames, end):
-        if position in held:
-            continue
-        piece = voice[frame * hop:(frame + 1) * hop]
-        start = (position - result.first_frame) * hop
-        out[start:start + piece.size, 0] = piece
-        frame += 1
-    return out
-
-
-def held_positions(tool_calls, end: int) -> set[int]:
-    """The positions tool exchanges held (the silence embedding in, the user's frames waiting): from the one after
-    SOTC to the EOTR position (docs/tools.md §5); up to ``end`` (one past the last position) for one still open."""
-    held: set[int] = set()
-    for call in tool_calls:
-        held.update(range(call.call_start + 1, (call.end + 1) if call.end is not None else end))
-    return held
-
-
 def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveOptions) -> tuple[Path, Path]:
-    """conversation.wav (stereo, :func:`stereo_timeline`) and conversation.json: the app's and the CLI's record
+    """conversation.wav (stereo, :func:`voicechat.answer.stereo_timeline`) and conversation.json: the app's and the CLI's record
     (voicechat.result.conversation_json, source "live") plus ``live``, the call's numbers."""
     from .audio import write_wav
     from .config import GenerationConfig
-    from .engine import make_answer
+    from .answer import make_answer, stereo_timeline
     from .files import write_atomically
     from .result import conversation_json
 

@@ -96,7 +96,7 @@ def conversation_json(answer: Any, *, source: str, model: str, input_file: str, 
                       answer_file: Optional[str] = None, demo_model: bool = False) -> dict:
     """The record of one conversation, with exactly the keys of ``CONVERSATION_FIELDS`` (JSON values only).
 
-    ``answer``: what ``voicechat.engine.make_answer`` returns (the :class:`Result` with each channel's tokens at the
+    ``answer``: what ``voicechat.answer.make_answer`` returns (the :class:`Result` with each channel's tokens at the
     frames where they were emitted); ``generation_config``: the GenerationConfig asked with."""
     r: Result = answer.result
     return {

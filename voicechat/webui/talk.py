@@ -43,8 +43,8 @@ from starlette.staticfiles import StaticFiles
 from voicechat import engine as eng
 from voicechat.audio import duration_words, to_float32, write_wav
 from voicechat.config import FRAME_SECONDS, INPUT_SAMPLE_RATE, MAX_LAG_SECONDS, GenerationConfig
+from voicechat.answer import make_answer, stereo_timeline
 from voicechat.errors import VoiceChatError
-from voicechat.live import stereo_timeline
 from voicechat.realtime import RATE as WIRE_RATE, RealtimeServer
 from voicechat.result import conversation_json
 from voicechat.tools import BUILTIN_TOOLS
@@ -353,7 +353,7 @@ class TalkLive:
         wav = write_wav(folder / "conversation.wav", stereo_timeline(to_float32(user), WIRE_RATE, result),
                         result.sample_rate)
         # the words at their frames need the tokenizer: the engine's model, read here only for it (no MLX)
-        answer = eng.make_answer(self.engine.model, result, conversation.wall_seconds)
+        answer = make_answer(self.engine.model, result, conversation.wall_seconds)
         record = conversation_json(
             answer, source="live", model=self.engine.name, demo_model=self.demo_mode, input_file="microphone",
             input_sample_rate=WIRE_RATE, input_seconds=len(user) / WIRE_RATE,

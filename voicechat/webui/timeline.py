@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from voicechat.live import held_positions
+from voicechat.answer import held_positions
 
 USER_COLOR, ASSISTANT_COLOR, FUNCTION_COLOR, TURN_COLOR = "#3b82f6", "#f97316", "#a855f7", "#16a34a"
 LABEL_W = 92  # the row-label column (px)
@@ -218,7 +218,7 @@ def channels(answer, span: Span, top: float) -> list[Channel]:
 # drawing
 # ---------------------------------------------------------------------------------------------------------------
 def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
-    """The overview, the row labels and the scrolling detail of one answer (``voicechat.engine.Answer``), with
+    """The overview, the row labels and the scrolling detail of one answer (``voicechat.answer.Answer``), with
     the user's recording (mono samples at ``user_rate``), and a legend."""
     r = answer.result
     label_px = max(px_per_frame_for_lanes(answer.text_pieces, PREFERRED_LANES),
