@@ -9,34 +9,21 @@ identical at every position, the samples within 1e-5.
 """
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 import pytest
-import soundfile as sf
 
-from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO
+from conftest import HARNESS_RUNS, NEMO
 import voicechat
 from voicechat import GenerationConfig
 from voicechat.errors import SessionsFull
 from voicechat.session import Session
 
+from test_session import TTS, model, recording  # the lone session's fixtures: the reference
+
 RATE = 16000
 SPEAKER = NEMO / "speaker_22k.wav"
-TTS = {k: {f"tts_{name}": v for name, v in tts.items()} for k, tts in HARNESS_TTS.items()}
-
-
-@lru_cache(maxsize=None)
-def model(name: str):
-    return voicechat.load(NEMO / name)
-
-
-@lru_cache(maxsize=None)
-def recording() -> np.ndarray:
-    x, rate = sf.read(HARNESS_WAV, dtype="float32")
-    assert rate == RATE
-    return x
 
 
 def noise(seconds: float, seed: int) -> np.ndarray:
