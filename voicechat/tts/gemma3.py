@@ -18,6 +18,7 @@ import mlx.nn as nn
 
 from ..cache import KVCache, RowsKV, visible_slots, write_slots
 from ..config import GemmaConfig
+from ..layers import Linear
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 class Gemma3Attention(nn.Module):
@@ -29,10 +30,10 @@ class Gemma3Attention(nn.Module):
         self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.scale = cfg.query_pre_attn_scalar ** -0.5
         self.rope_base = rope_base
-        self.q_proj = nn.Linear(h, self.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
+        self.q_proj = Linear(h, self.num_heads * d, bias=False)
+        self.k_proj = Linear(h, self.num_kv_heads * d, bias=False)
+        self.v_proj = Linear(h, self.num_kv_heads * d, bias=False)
+        self.o_proj = Linear(self.num_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
         self._fused = compute.Fused()
