@@ -1,4 +1,4 @@
-"""Nemotron-H (voicechat/stt/nemotron_h.py) against NeMo 3.0.0 (transformers' NemotronH) on the tiny checkpoints,
+"""Nemotron-H (voicechat/llm/nemotron_h.py) against NeMo 3.0.0 (transformers' NemotronH) on the tiny checkpoints,
 a sequential numpy Mamba-2 reference, and cache invariants."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import mlx.core as mx
 
 from voicechat import cache
 from voicechat.checkpoint import load_config, load_into, read_weights
-from voicechat.stt import nemotron_h
-from voicechat.stt.nemotron_h import NemotronH, segment_sum, step_sizes
+from voicechat.llm import nemotron_h
+from voicechat.llm.nemotron_h import NemotronH, segment_sum, step_sizes
 
 pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
 

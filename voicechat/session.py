@@ -32,7 +32,7 @@ from .errors import AudioInputError, ConfigError, TimelineFull
 from .group import Row, SessionGroup
 from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
 from .result import Result
-from .stt import lm
+from .llm import lm
 from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
 from .stt.rnnt import RNNTGreedy, Transcript
 from .tokenizer import channel_text
