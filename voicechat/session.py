@@ -406,7 +406,7 @@ class Session:
 
     def input_used(self) -> bool:
         """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
-        voicechat.loop.OfflineInput); not while a running tool holds the conversation."""
+        voicechat.api.OfflineInput); not while a running tool holds the conversation."""
         return not self._ready() and not self.waits_for_tool()
 
     def waits_for_tool(self) -> bool:
