@@ -365,7 +365,7 @@ class Response:
                 **fields}
 
 
-class Conversation:
+class RealtimeConversation:
     """Maps the model's frames onto GA items and responses; every method returns the server events to send.
 
     Turns: a response opens at the assistant's BOS (``Frame.turn == "start"``), or at the first frame with assistant
@@ -570,7 +570,7 @@ class Connection:
     def __init__(self, server: "RealtimeServer", websocket, name: str, frames_event: bool):
         self.server, self.ws, self.name = server, websocket, name
         self.config, self.configured = SessionConfig(), False
-        self.conversation = Conversation(frames_event)
+        self.conversation = RealtimeConversation(frames_event)
         self.session_id = new_id("sess")
         self.live = None  # the engine's live session, once open
         self.follower: Optional[asyncio.Task] = None
