@@ -371,7 +371,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def add_serve_parser(sub) -> None:
     import os
 
-    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime/)")
     add_model_arguments(s)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")

@@ -1,7 +1,7 @@
 """The Talk live tab: full duplex from the browser's microphone, the answer heard as it is spoken.
 
 The page (voicechat/webui/static/live.js) speaks the OpenAI Realtime protocol to the app's own ``/v1/realtime``
-(voicechat/realtime.py, mounted here beside the Gradio page): the microphone goes out as 24 kHz PCM16 from an
+(voicechat/realtime/, mounted here beside the Gradio page): the microphone goes out as 24 kHz PCM16 from an
 AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (voicechat/webui/static/jitter.js). This
 module serves those files and what the page asks the server:
 
