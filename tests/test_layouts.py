@@ -26,7 +26,7 @@ import voicechat
 from voicechat import GenerationConfig
 from bench.mlx_audio_convert import convert
 from voicechat.checkpoint import load_config, load_into, read_weights
-from voicechat.config import parse_rnnt
+from voicechat.config_formats import parse_rnnt
 from voicechat.layouts import PROJECTION
 from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint
 

@@ -16,7 +16,7 @@ from mlx.utils import tree_unflatten
 
 from test_nemotron_h import GEOMETRIES, checkpoint, max_err, reference
 from voicechat.checkpoint import load_into
-from voicechat.config import with_token_ids
+from voicechat.config_formats import with_token_ids
 from voicechat.llm import lm
 from voicechat.llm.nemotron_h import NemotronH
 

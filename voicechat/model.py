@@ -22,7 +22,8 @@ from mlx.utils import tree_flatten
 
 from .checkpoint import (integrity_problems, load_config, load_into, local_llm_dir, quantize_modules, read_weights,
                          resolve_checkpoint, resolve_tokenizer_file)
-from .config import ModelConfig, with_token_ids
+from .config import ModelConfig
+from .config_formats import with_token_ids
 from .errors import CheckpointError, ConfigError
 from .llm.nemotron_h import NemotronH
 from .stt.perception import Perception
