@@ -139,6 +139,11 @@ def product(x: mx.array, weight: mx.array) -> mx.array:
     return x @ weight
 
 
+def row_product(x: mx.array, weight: mx.array) -> mx.array:
+    """:func:`product` of x [n, C] whose rows are n conversations' (one each: a group's transcripts)."""
+    return product(x[:, None], weight)[:, 0]
+
+
 class CompiledFunctions:
     """Per-frame functions by key, compiled on first use when :func:`compile_enabled` and kept. The weights they read
     are captured as constants (no per-call flattening of the module tree): the model is loaded once and its weights

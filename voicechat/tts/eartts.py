@@ -76,8 +76,8 @@ class Codebook:
 
 
 def nearest_code(book: Codebook, z: mx.array) -> mx.array:
-    """argmin_v ||E[v]||^2 - 2 z.E[v]: [1, D] -> [1]"""
-    return mx.argmin(book.sqnorms - z @ book.doubled_t, axis=-1)
+    """argmin_v ||E[v]||^2 - 2 z.E[v]: [n, D] -> [n], a row per conversation (each its own product on the CPU)"""
+    return mx.argmin(book.sqnorms - compute.row_product(z, book.doubled_t), axis=-1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
