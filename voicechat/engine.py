@@ -492,10 +492,17 @@ class Engine:
             return self._running
 
     def _load(self) -> None:
+        from .compute import compile_enabled
+        from .group import fitting_sessions
+
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
         try:
             model = self._load_model(download_bar(self.name, self._set_status))
+            if self._fit_sessions:
+                self.max_sessions = fitting_sessions(model)
+            if compile_enabled() and self.max_sessions > 1:  # load warmed one row up; the group meets more at joins
+                model.warm_up(sessions=self.max_sessions + 1)  # the live conversations and one recording
         except VoiceChatError as e:
             self._set_status(EngineStatus(FAILED, str(e)))
             return
@@ -504,10 +511,6 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
-        if self._fit_sessions:
-            from .group import fitting_sessions
-
-            self.max_sessions = fitting_sessions(model)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,

@@ -146,6 +146,21 @@ def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
     return n
 
 
+def grown_rows(rows: int, row: int, most: int) -> int:
+    """The rows a group of ``rows`` (at most ``most``) holds once a conversation takes row ``row``: they double, so
+    each network meets a handful of row counts."""
+    return rows if row < rows else min(most, max(row + 1, 2 * rows))
+
+
+def row_counts(most: int) -> list[int]:
+    """Every row count a group of at most ``most`` conversations meets as they join (what its warm-up traces)."""
+    counts = [0]
+    for row in range(most):
+        if (rows := grown_rows(counts[-1], row, most)) != counts[-1]:
+            counts.append(rows)
+    return counts[1:]
+
+
 def column(values, dtype=mx.float32) -> mx.array:
     return mx.array(np.asarray(values), dtype).reshape(-1, 1)
 
@@ -206,7 +221,7 @@ class SessionGroup:
         """Give ``session`` a row: its prompt's LLM state, its TTS warm-up caches and key, a fresh codec stream,
         pad ids. Runs between ticks (evaluated here)."""
         row = self._free_row()
-        rows = self.rows if row < self.rows else min(self.max_sessions, max(row + 1, 2 * self.rows))
+        rows = grown_rows(self.rows, row, self.max_sessions)
         self._check_memory(rows)
         if rows > self.rows:
             self._grow(rows)
@@ -253,8 +268,7 @@ class SessionGroup:
         session.row = None
 
     def _grow(self, rows: int) -> None:
-        """Room for ``rows`` conversations: every batched state padded with fresh rows (they double, so each network
-        meets a handful of row counts)."""
+        """Room for ``rows`` conversations (:func:`grown_rows`): every batched state padded with fresh rows."""
         self.lm.cache.with_rows(rows)
         for cache in self.tts_state.caches:
             cache.with_rows(2 * rows, 2)
