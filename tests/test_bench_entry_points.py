@@ -86,6 +86,14 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
     assert bad.returncode == 2 and "at least 1" in bad.stderr
 
 
+def test_group_exactness_benchmark_compares_each_conversation(tmp_path):
+    out = run("-m", "bench.group_exactness", "--model", TINY, "--sessions", 3, "--frames", 6, "--json", tmp_path / "e.json")
+    assert "max |encoder|" in out
+    r = json.loads((tmp_path / "e.json").read_text())
+    assert [c["seed"] for c in r["conversations"]] == [0, 1, 2]
+    assert all(c["positions"] > 6 and c["max_samples_difference"] is not None for c in r["conversations"])
+
+
 def test_echo_benchmark_measures_the_canceller():
     pytest.importorskip("livekit", reason="bench.echo measures WebRTC's canceller from the livekit package")
     assert "per 80 ms" in run("-m", "bench.echo", "--seconds", 3)
