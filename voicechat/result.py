@@ -41,6 +41,7 @@ class Result:
     stage_calls: dict = field(default_factory=dict)  # stage -> seconds of each call (per frame for llm/tts/codec)
     settings: dict = field(default_factory=dict)  # the resolved generation settings
     tool_calls: tuple = ()  # voicechat.tools.ToolCall per call the model made (docs/tools.md)
+    held_positions: tuple = ()  # the positions tool exchanges held: the user's frames waited (docs/tools.md §5)
 
     @property
     def seconds(self) -> float:
