@@ -99,7 +99,8 @@ def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones
         assert items[name]["frames"] == record["first_frame"] + len(record["text_tokens"])
         assert items[name]["timeline_seconds"] == round(items[name]["frames"] * FRAME_SECONDS, 3)
     assert (totals["items"], totals["done"], totals["failed"], totals["skipped"]) == (5, 2, 3, 0)
-    assert totals["timeline_seconds"] == round(sum(items[n]["timeline_seconds"] for n in ("question", "more/stereo 48k")), 3)
+    timeline = sum(items[n]["timeline_seconds"] for n in ("question", "more/stereo 48k"))
+    assert totals["timeline_seconds"] == round(timeline, 3)
     assert "5 items: 2 answered, 0 already complete, 3 failed" in p.stdout
     # into a pipe the bar writes a line per item finished
     assert [line.split("]")[1].split("  ")[0] for line in p.stderr.splitlines() if "in flight" in line] == [

@@ -627,7 +627,8 @@ class Engine:
             except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
                 if not isinstance(e, VoiceChatError):
                     traceback.print_exc(file=sys.stderr)
-                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                known = isinstance(e, VoiceChatError)
+                self._failed[live] = str(e) if known else f"Engine error: {type(e).__name__}: {e}"
                 continue
             live._deliver(live.session._take())
 

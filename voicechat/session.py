@@ -1,6 +1,6 @@
-"""A conversation on the 80 ms timeline (docs/model.md §1.2, docs/streaming.md): audio goes in as it is heard, and every timeline
-position comes out as soon as its 80 ms of input are complete: the assistant's text and function tokens, 31 codec
-codes and 1764 samples of its voice.
+"""A conversation on the 80 ms timeline (docs/model.md §1.2, docs/streaming.md): audio goes in as it is heard, and every
+timeline position comes out as soon as its 80 ms of input are complete: the assistant's text and function tokens, 31
+codec codes and 1764 samples of its voice.
 
 Per timeline position t (the system prompt's positions first, then one per 80 ms of input):
     listen: the streaming encoder's frame for t (mel columns up to 8 t, docs/model.md §2.2.1)
@@ -208,7 +208,8 @@ class Session:
         tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
         self.clock.add("tts warm-up", t0)
         lm_state = lm.LMState(self.stt, c)
-        if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
+        # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
+        if self.prompt_ids:
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, lm_state, mx.array(self.prompt_ids)[None])
             self.clock.add("prompt prefill", t0, lm_state.arrays)
@@ -467,8 +468,8 @@ class Session:
 
     def _hear(self, encoded: mx.array, valid: bool, first, built_on: int) -> None:
         """The transcript's frame on the host: the first joint call came with the position's graph (usually blank:
-        nothing more to do); symbols go on one call at a time (docs/model.md §1.2 J: frames past the valid length skipped).
-        A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
+        nothing more to do); symbols go on one call at a time (docs/model.md §1.2 J: frames past the valid length
+        skipped). A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
         positions hear nothing."""
         if self.rnnt is None or not valid or encoded is None:
             return
@@ -509,8 +510,8 @@ class Session:
         text, func = np.array(self.text, np.int64), np.array(self.func, np.int64)
         codes = np.array(self.codes, np.int64).reshape(-1, c.codec.num_quantizers)
         valid = p + sum(self.valid[p:])
-        # NeMo's strings: the text after the prompt, cut to the valid length (docs/model.md §1.2 I); with turn markers the
-        # untrimmed buffer whose frames past the valid length hold id 0
+        # NeMo's strings: the text after the prompt, cut to the valid length (docs/model.md §1.2 I); with turn markers
+        # the untrimmed buffer whose frames past the valid length hold id 0
         kept, kept_f = list(text[p:valid]), list(func[p:valid])
         if gen.turn_markers:
             kept += [0] * (done - valid)

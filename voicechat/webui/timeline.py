@@ -267,8 +267,8 @@ def overview(answer, span: Span, waves) -> str:
             out.append(f'<path d="{marks}" stroke="{color}" stroke-opacity=".6" vector-effect="non-scaling-stroke"/>')
     for call in r.tool_calls:  # the whole exchange, call and response, on the marks row
         out.append(f'<rect x="{call.call_start - span.start}" y="{marks_y}" '
-                   f'width="{exchange_end(call) - call.call_start}" height="{OVERVIEW_MARKS_H}" fill="{FUNCTION_COLOR}" '
-                   f'fill-opacity=".45"/>')
+                   f'width="{exchange_end(call) - call.call_start}" height="{OVERVIEW_MARKS_H}" '
+                   f'fill="{FUNCTION_COLOR}" fill-opacity=".45"/>')
     for frames, dash in ((answer.turn_starts, ""), (answer.turn_ends, "3 3")):
         for p in frames:
             out.append(f'<path d="M{p - span.start} 0V{h}" stroke="{TURN_COLOR}" stroke-width="1.5" '
