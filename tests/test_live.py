@@ -450,7 +450,8 @@ def test_no_microphone_says_so(tmp_path):
     # run as the installed command, the hint names that command
     command = tmp_path / "bin" / "voicechat"
     command.parent.mkdir()
-    command.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(voicechat.__file__).parents[1])!r})\n"
+    checkout = str(Path(voicechat.__file__).parents[1])
+    command.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {checkout!r})\n"
                        "from voicechat.__main__ import main\nsys.exit(main())\n")
     command.chmod(0o755)
     installed = subprocess.run([command, "live", "--demo"], env=env, capture_output=True, text=True, timeout=TIMEOUT)

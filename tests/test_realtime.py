@@ -1127,7 +1127,8 @@ def test_lone_surrogates_get_an_error_event_and_the_connection_goes_on(server):
               "session.instructions"),
              ({"type": "session.update", "session": {"type": "realtime", "audio": {"output": {"voice": "\ud83d"}}}},
               "session.audio.output.voice"),
-             ({"type": "session.update", "session": {"type": "realtime", "tools": [{**LOOKUP, "description": "\udfff"}]}},
+             ({"type": "session.update",
+               "session": {"type": "realtime", "tools": [{**LOOKUP, "description": "\udfff"}]}},
               "session.tools[0].description")]
 
     async def scenario():
