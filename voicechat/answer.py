@@ -1,6 +1,6 @@
 """A finished conversation as the app, the terminal and the records show it: each channel's tokens decoded at the
-position that emitted them (:class:`Piece`), the assistant's turns, the real-time factor, the positions a tool exchange
-held, and the stereo timeline of a live call (the user left, the answer right). Numpy and Python values only."""
+position that emitted them (:class:`Piece`), the assistant's turns, the real-time factor, and the stereo timeline of a
+live call (the user left, the answer right). Numpy and Python values only."""
 
 from __future__ import annotations
 
