@@ -445,7 +445,8 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(LiveEvent(CLOSED) if isinstance(job, LiveJob) else Event(CANCELLED, message="Cancelled while waiting."))
+        live = isinstance(job, LiveJob)
+        job._emit(LiveEvent(CLOSED) if live else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:

@@ -21,7 +21,8 @@ from ..errors import ConfigError
 def _token_id(cfg: ModelConfig, name: str) -> int:
     tid = getattr(cfg, f"{name}_id")
     if tid is None:
-        raise ConfigError(f"the {name} token id is not resolved; build the ModelConfig with config_formats.with_token_ids")
+        raise ConfigError(f"the {name} token id is not resolved; "
+                          "build the ModelConfig with config_formats.with_token_ids")
     return tid
 
 
