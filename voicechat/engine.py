@@ -445,7 +445,8 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(LiveEvent(CLOSED) if isinstance(job, LiveJob) else Event(CANCELLED, message="Cancelled while waiting."))
+        live = isinstance(job, LiveJob)
+        job._emit(LiveEvent(CLOSED) if live else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:
@@ -630,7 +631,8 @@ class Engine:
             except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
                 if not isinstance(e, VoiceChatError):
                     traceback.print_exc(file=sys.stderr)
-                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                known = isinstance(e, VoiceChatError)
+                self._failed[live] = str(e) if known else f"Engine error: {type(e).__name__}: {e}"
                 continue
             live._deliver(live.session._take())
 
