@@ -445,7 +445,8 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(LiveEvent(CLOSED) if isinstance(job, LiveJob) else Event(CANCELLED, message="Cancelled while waiting."))
+        live = isinstance(job, LiveJob)
+        job._emit(LiveEvent(CLOSED) if live else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:
@@ -492,10 +493,17 @@ class Engine:
             return self._running
 
     def _load(self) -> None:
+        from .compute import compile_enabled
+        from .group import fitting_sessions
+
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
         try:
             model = self._load_model(download_bar(self.name, self._set_status))
+            if self._fit_sessions:
+                self.max_sessions = fitting_sessions(model)
+            if compile_enabled() and self.max_sessions > 1:  # load warmed one row up; the group meets more at joins
+                model.warm_up(sessions=self.max_sessions + 1)  # the live conversations and one recording
         except VoiceChatError as e:
             self._set_status(EngineStatus(FAILED, str(e)))
             return
@@ -504,10 +512,6 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
-        if self._fit_sessions:
-            from .group import fitting_sessions
-
-            self.max_sessions = fitting_sessions(model)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
@@ -627,7 +631,8 @@ class Engine:
             except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
                 if not isinstance(e, VoiceChatError):
                     traceback.print_exc(file=sys.stderr)
-                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                known = isinstance(e, VoiceChatError)
+                self._failed[live] = str(e) if known else f"Engine error: {type(e).__name__}: {e}"
                 continue
             live._deliver(live.session._take())
 
