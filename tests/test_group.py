@@ -244,8 +244,8 @@ def drive(group, talks: dict) -> dict:
 
 
 def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
-    """A joining conversation's set-up runs a stage a tick (docs/batching.md §1): the TTS warm-up, then its prompt's
-    prefill PREFILL_STAGE positions a stage, the join with the last. The running conversation advances a position in
+    """A joining conversation's set-up runs a stage a tick (docs/batching.md §1): the speaker's codes, the TTS
+    warm-up, then its prompt's prefill PREFILL_STAGE positions a stage, the join with the last. The running conversation advances a position in
     each of those ticks; the joining one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
     from voicechat.session import PREFILL_STAGE
 
@@ -268,7 +268,7 @@ def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
         frames[a] += out[a]
         frames[b] += out[b]
         stages += 1
-    assert b.prompt_frames > 2 * PREFILL_STAGE and stages == 1 + -(-b.prompt_frames // PREFILL_STAGE)
+    assert b.prompt_frames > 2 * PREFILL_STAGE and stages == 2 + -(-b.prompt_frames // PREFILL_STAGE)
     assert b.position == 1 and len(b.prompt_inputs) == b.prompt_frames - 1 and not b.started  # joined, then a tick
     for s, out in drive(group, {a: a_chunks, b: b_chunks}).items():
         frames[s] += out

@@ -261,13 +261,18 @@ class Session:
     def _set_up(self, latent, speaker_audio) -> Iterator[None]:
         """The set-up, a stage per ``next`` (each a bounded piece of work the group runs between two ticks, so a
         joining conversation holds the others' ticks back by one stage at most: docs/batching.md §1): the speaker's
-        warm-up codes and the TTS warm-up; then the system prompt's LLM prefill, PREFILL_STAGE positions a stage
+        warm-up codes and the warm-up's conditioning (each computed once per model and speaker); the TTS warm-up's
+        backbone forward; then the system prompt's LLM prefill, PREFILL_STAGE positions a stage
         (their predictions are discarded, docs/model.md §1.2 E); with the last, the join into its row (a few
         copies), its prompt's positions queued."""
         c = self.cfg
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
-        tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
+        cond = self.model._warmup_conditioning(inputs)
+        self.clock.add("tts warm-up", t0)
+        yield
+        t0 = time.perf_counter()
+        tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise, cond)
         self.clock.add("tts warm-up", t0)
         lm_state = lm.LMState(self.stt, c)
         prompt = mx.array(self.prompt_ids)[None]

@@ -250,13 +250,20 @@ class RVQEARTTSModel(nn.Module):
         embeds = embeds + mx.array(bos)[:, None].astype(embeds.dtype) * self.bos_emb
         return embeds[None]
 
+    def warmup_conditioning(self, inputs: WarmupInputs) -> mx.array:
+        """The warm-up's conditioning [2, T, H]: its subword ids and mask are the same for every speaker
+        (:func:`warmup_inputs`), so a caller may keep it."""
+        return self.conditioning(np.asarray(inputs.subword_ids)[None], np.asarray(inputs.subword_mask)[None])
+
     def warmup(self, inputs: WarmupInputs, latent: Optional[mx.array] = None,
-               noise: Optional[NoiseSource] = None) -> tuple[TTSState, mx.array]:
+               noise: Optional[NoiseSource] = None, cond: Optional[mx.array] = None) -> tuple[TTSState, mx.array]:
         """Run the warm-up forward on fresh caches and evaluate them (the speaker lives only in the caches).
         ``latent``: the cached speaker latent [1, T, H] (used only with ``use_audio_prompt_frozen_projection``, as
-        NeMo). ``noise``: the session's random source (default: key 0). Returns (state, hidden [2, T, H])."""
+        NeMo). ``noise``: the session's random source (default: key 0). ``cond``: :meth:`warmup_conditioning`'s,
+        when the caller keeps it. Returns (state, hidden [2, T, H])."""
         code_embeds = self.warmup_code_embeds(inputs, latent)
-        cond = self.conditioning(np.asarray(inputs.subword_ids)[None], np.asarray(inputs.subword_mask)[None])
+        if cond is None:
+            cond = self.warmup_conditioning(inputs)
         state = TTSState(self.backbone.make_caches(), noise if noise is not None else KeyNoise(0))
         hidden = self.backbone(self.fuse(code_embeds, cond), state.caches)
         mx.eval(hidden, state.arrays())
