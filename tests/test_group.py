@@ -245,9 +245,10 @@ def drive(group, talks: dict) -> dict:
 
 def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
     """A joining conversation's set-up runs a stage a tick (docs/batching.md §1): the speaker's codes, the TTS
-    warm-up, then its prompt's prefill PREFILL_STAGE positions a stage, the join with the last. The running conversation advances a position in
+    warm-up WARMUP_STAGE_LAYERS layers a stage, then its prompt's prefill PREFILL_STAGE positions a stage, the join
+    with the last. The running conversation advances a position in
     each of those ticks; the joining one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
-    from voicechat.session import PREFILL_STAGE
+    from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
     m, x = model("tiny_model"), recording()
     talks = [Talk(x, 1280, 0, "Hi.", 1), Talk(x[::-1].copy(), 999, 0, LONG_PROMPT, 2, str(SPEAKER))]
@@ -268,7 +269,9 @@ def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
         frames[a] += out[a]
         frames[b] += out[b]
         stages += 1
-    assert b.prompt_frames > 2 * PREFILL_STAGE and stages == 2 + -(-b.prompt_frames // PREFILL_STAGE)
+    layers = len(m.net.tts_model.tts_model.backbone.layers)
+    assert stages == 1 + -(-layers // WARMUP_STAGE_LAYERS) + -(-b.prompt_frames // PREFILL_STAGE)
+    assert b.prompt_frames > 2 * PREFILL_STAGE
     assert b.position == 1 and len(b.prompt_inputs) == b.prompt_frames - 1 and not b.started  # joined, then a tick
     for s, out in drive(group, {a: a_chunks, b: b_chunks}).items():
         frames[s] += out

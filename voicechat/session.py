@@ -42,6 +42,7 @@ from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
+WARMUP_STAGE_LAYERS = 4  # TTS backbone layers of the warm-up forward in one set-up stage (docs/batching.md §1)
 PREFILL_STAGE = 32  # system prompt positions prefilled in one set-up stage (bounds a joining conversation's stall of
 #                     the others' ticks, docs/batching.md §6; the warm-up prefills this many: Model.warm_up)
 
@@ -262,18 +263,23 @@ class Session:
         """The set-up, a stage per ``next`` (each a bounded piece of work the group runs between two ticks, so a
         joining conversation holds the others' ticks back by one stage at most: docs/batching.md §1): the speaker's
         warm-up codes and the warm-up's conditioning (each computed once per model and speaker); the TTS warm-up's
-        backbone forward; then the system prompt's LLM prefill, PREFILL_STAGE positions a stage
+        backbone forward, WARMUP_STAGE_LAYERS layers a stage; then the system prompt's LLM prefill, PREFILL_STAGE
+        positions a stage
         (their predictions are discarded, docs/model.md §1.2 E); with the last, the join into its row (a few
         copies), its prompt's positions queued."""
         c = self.cfg
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
         cond = self.model._warmup_conditioning(inputs)
-        self.clock.add("tts warm-up", t0)
-        yield
-        t0 = time.perf_counter()
-        tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise, cond)
-        self.clock.add("tts warm-up", t0)
+        tts, backbone = self.tts.tts_model, self.tts.tts_model.backbone
+        tts_state = tts.warmup_state(self.noise)
+        x = tts.warmup_input(inputs, latent, cond)
+        self.clock.add("tts warm-up", t0, x)
+        for start in range(0, len(backbone.layers), WARMUP_STAGE_LAYERS):  # TTSModel.warmup, in pieces of layers
+            yield
+            t0 = time.perf_counter()
+            x = backbone.through(x, tts_state.caches, range(start, min(start + WARMUP_STAGE_LAYERS, len(backbone.layers))))
+            self.clock.add("tts warm-up", t0, x, tts_state.arrays())
         lm_state = lm.LMState(self.stt, c)
         prompt = mx.array(self.prompt_ids)[None]
         for start in range(0, self.prompt_frames, PREFILL_STAGE):

@@ -261,13 +261,21 @@ class RVQEARTTSModel(nn.Module):
         ``latent``: the cached speaker latent [1, T, H] (used only with ``use_audio_prompt_frozen_projection``, as
         NeMo). ``noise``: the session's random source (default: key 0). ``cond``: :meth:`warmup_conditioning`'s,
         when the caller keeps it. Returns (state, hidden [2, T, H])."""
-        code_embeds = self.warmup_code_embeds(inputs, latent)
-        if cond is None:
-            cond = self.warmup_conditioning(inputs)
-        state = TTSState(self.backbone.make_caches(), noise if noise is not None else KeyNoise(0))
-        hidden = self.backbone(self.fuse(code_embeds, cond), state.caches)
+        state = self.warmup_state(noise)
+        x = self.backbone.through(self.warmup_input(inputs, latent, cond), state.caches, range(len(self.backbone.layers)))
+        hidden = self.backbone.norm(x)
         mx.eval(hidden, state.arrays())
         return state, hidden
+
+    def warmup_state(self, noise: Optional[NoiseSource] = None) -> TTSState:
+        """Fresh caches for the warm-up and the session's random source (default: key 0)."""
+        return TTSState(self.backbone.make_caches(), noise if noise is not None else KeyNoise(0))
+
+    def warmup_input(self, inputs: WarmupInputs, latent: Optional[mx.array] = None,
+                     cond: Optional[mx.array] = None) -> mx.array:
+        """The warm-up forward's backbone input [2, T, H] (``latent`` and ``cond`` as :meth:`warmup` takes them)."""
+        return self.fuse(self.warmup_code_embeds(inputs, latent), self.warmup_conditioning(inputs) if cond is None
+                         else cond)
 
     # -- one frame ---------------------------------------------------------------------------------------------
     def step_hidden(self, state: TTSState, prev_code, subword_id, active: Optional[np.ndarray] = None) -> mx.array:
