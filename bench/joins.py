@@ -5,9 +5,10 @@
 80 ms, then one ``group.step()``). Then a conversation with a system prompt of about P positions asks to join
 (``group.session``); the ticks go on until it has joined. Its set-up runs in stages between the ticks, one a tick
 (``Session._set_up``, docs/batching.md §1): what a tick of the others waits for is the asking plus that tick's
-stage. Per P, over the rounds: a tick's wall time before the join (p50), the ticks with set-up work, the longest and the median such wait, and the whole
-set-up (all of it: what one piece between two ticks would hold them back). Milliseconds of wall time, timed around
-the set-up work itself (the ticks' own time on a shared machine varies more than a stage takes).
+stage. Per P, over the rounds: a tick's wall time before the join (p50), the ticks with set-up work, the longest and
+the median such wait, and the whole set-up (all of it: what one piece between two ticks would hold them back).
+Milliseconds of wall time, timed around the set-up work itself (the ticks' own time on a shared machine varies more
+than a stage takes).
 """
 
 from __future__ import annotations

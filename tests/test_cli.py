@@ -14,7 +14,7 @@ import soundfile as sf
 from conftest import HARNESS_WAV, NEMO, TESTS
 from test_audio import write_with_pyav
 from voicechat.__main__ import main
-from voicechat.live import terminal_text
+from voicechat.terminal import terminal_text
 from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 from voicechat.result import CONVERSATION_FIELDS
 
@@ -83,8 +83,9 @@ def test_seeded_cli_runs_write_identical_bytes(layouts, tmp_path):
 
 def test_reference_mode_on_the_nemo_checkpoint(tmp_path, capsys):
     out = tmp_path / "r.wav"
-    assert main(["generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio", str(out),
-                 "--system-prompt", "You are a helpful assistant.", "--reference", "--quiet"]) == 0
+    assert main(["generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV),
+                 "--output-audio", str(out), "--system-prompt", "You are a helpful assistant.", "--reference",
+                 "--quiet"]) == 0
     assert len(sf.read(out)[0]) == 39 * 1764  # NVIDIA's fixed length: 11 prompt + 28 audio frames
     assert "[user]" not in capsys.readouterr().out  # NeMo 3.0.0 checkpoints have no transcript head
 
@@ -122,7 +123,8 @@ def test_bad_output_path_exits_2_before_the_model_loads(option, value, words, tm
 
 def test_without_output_audio_the_answer_goes_next_to_you(layouts, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--quiet", "--extra-seconds", "0"]
+    args = ["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--quiet",
+            "--extra-seconds", "0"]
     assert main(args) == 0
     first = tmp_path / "question_16k-answer.wav"
     assert f"wrote {first} (" in capsys.readouterr().err and sf.info(first).samplerate == 22050
@@ -180,7 +182,7 @@ def test_demo_answers_without_a_checkpoint_and_the_log_gets_a_line_per_tenth(tmp
 
 
 def test_control_characters_of_a_models_text_are_shown_escaped():
-    from voicechat.live import TerminalView
+    from voicechat.terminal import TerminalView
 
     assert terminal_text("a\x1b[31mb\x1cc\td\ne\x7f\x9b") == "a\\x1b[31mb\\x1cc\td\ne\\x7f\\x9b"
     assert terminal_text("Paris, 21 °C ✓") == "Paris, 21 °C ✓"

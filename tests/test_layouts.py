@@ -1,7 +1,7 @@
 """The fourth checkpoint layout (voicechat/layouts.py): folders written by mlx-audio 0.6.2's own converter.
 
 NVIDIA's NeMo checkpoints (tests/fixtures/nemo) are converted at test time by mlx-audio's real converter, run in
-its venv (bench/mlx_audio_convert.py; ../shared/reference/peer-harness/setup.sh builds the venv). The
+its venv (bench/mlx_audio_convert.py; the peer harness's setup.sh builds the venv). The
 converted folder must give back NeMo's tensors, config and outputs. Skipped when that venv is absent: the converted
 tiny folder is 4.6 MB, too large to commit.
 """
@@ -26,7 +26,7 @@ import voicechat
 from voicechat import GenerationConfig
 from bench.mlx_audio_convert import convert
 from voicechat.checkpoint import load_config, load_into, read_weights
-from voicechat.config import parse_rnnt
+from voicechat.config_formats import parse_rnnt
 from voicechat.layouts import PROJECTION
 from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint
 
@@ -44,8 +44,8 @@ def mlx_audio_python() -> str | None:
 
 PYTHON = mlx_audio_python()
 pytestmark = [pytest.mark.nemo, pytest.mark.skipif(
-    PYTHON is None, reason="mlx-audio 0.6.2's venv is absent (../shared/reference/peer-harness/setup.sh builds it, "
-                           "or set VOICECHAT_MLX_AUDIO_PYTHON): its converter makes the converted folders at test time")]
+    PYTHON is None, reason="mlx-audio 0.6.2's venv is absent (the peer harness's setup.sh builds it, or set "
+                           "VOICECHAT_MLX_AUDIO_PYTHON): its converter makes the converted folders at test time")]
 ARIA = NEMO / "tiny_model_aria"
 RNNT = NEMO / "rnnt"
 PROMPT = "You are a helpful assistant."
@@ -100,7 +100,7 @@ def test_config_is_the_nemo_config(converted):
 @pytest.mark.parametrize("run", ["greedy_aria", "sampled_aria"])
 def test_generation_matches_nemo(converted, run):
     """The converted folder in voicechat gives NeMo 3.0.0's text id at every position, its codes in every frame and
-    its waveform (what voicechat gives on the NeMo folder itself, tests/test_loop.py)."""
+    its waveform (what voicechat gives on the NeMo folder itself, tests/test_api.py)."""
     from conftest import ReplayNoise
 
     ref = {**np.load(NEMO / "greedy" / "reference.npz"), **np.load(NEMO / run / "reference.npz")}

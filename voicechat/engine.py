@@ -17,7 +17,7 @@ engine's, measured from its frame times. :attr:`EngineStatus.facts` gives apps t
         print(event.kind, event.done, event.total)
 
 A live conversation (:meth:`Engine.open_live`) is a job too: it holds the engine from its start to its end, takes
-audio from any thread (``Live.send``) and gives the session's frames back as they are finished.
+audio from any thread (``LiveJob.send``) and gives the session's frames back as they are finished.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class LiveEvent:
         return self.kind == CLOSED
 
 
-class Live(Job):
+class LiveJob(Job):
     """A live conversation on the engine thread: ``send`` audio from any thread (it never blocks), read
     :class:`LiveEvent`\\ s; ``flush`` ends the input, ``close`` stops at the next frame. After CLOSED, ``result()``
     is the whole conversation (numpy)."""
@@ -331,7 +331,7 @@ class Engine:
         self.max_sessions = max_sessions or 1
         self._fit_sessions = max_sessions is None
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
-        self._lives: list[Live] = []  # the live conversations the engine thread steps now
+        self._lives: list[LiveJob] = []  # the live conversations the engine thread steps now
         self._wake = threading.Event()  # a live conversation has a message
         self._failed: dict = {}  # live conversation -> its error, met during a recording's tick
         self.model: Any = None  # touched by the engine thread only
@@ -398,21 +398,21 @@ class Engine:
             self._lock.notify_all()
         return job
 
-    def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> Live:
+    def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> LiveJob:
         """Queue a live conversation; it starts when the recording running now is done, beside the other live
         ones. At most ``max_sessions`` at a time."""
         with self._lock:
             if self.live_count() >= self.max_sessions:
                 raise EngineBusy(f"{self.max_sessions} live conversation{'s are' if self.max_sessions > 1 else ' is'} "
                                  "already running on this model; try again when one has ended")
-            job = self._enqueue(Live, request, owner)
+            job = self._enqueue(LiveJob, request, owner)
         return job
 
     def live_count(self) -> int:
         """Live conversations open or waiting to start (not yet closed)."""
         with self._lock:
             jobs = (*self._lives, self._running, *self._waiting)
-            return len({id(j) for j in jobs if isinstance(j, Live) and not j.finished.is_set()})
+            return len({id(j) for j in jobs if isinstance(j, LiveJob) and not j.finished.is_set()})
 
     def cancel_owner(self, owner: str) -> int:
         """Cancel every job (waiting or running) submitted with this owner tag; returns how many."""
@@ -445,7 +445,8 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(LiveEvent(CLOSED) if isinstance(job, Live) else Event(CANCELLED, message="Cancelled while waiting."))
+        live = isinstance(job, LiveJob)
+        job._emit(LiveEvent(CLOSED) if live else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:
@@ -468,10 +469,10 @@ class Engine:
                 if self.model is None:
                     self._load()  # retry: the network may be back, or the files downloaded meanwhile
                 if self.model is None:
-                    job._emit((LiveEvent if isinstance(job, Live) else Event)(ERROR, message=self.status().message))
-                    if isinstance(job, Live):
+                    job._emit((LiveEvent if isinstance(job, LiveJob) else Event)(ERROR, message=self.status().message))
+                    if isinstance(job, LiveJob):
                         job._emit(LiveEvent(CLOSED))
-                elif isinstance(job, Live):
+                elif isinstance(job, LiveJob):
                     self._run_lives(job)
                 else:
                     self._run(job)
@@ -492,10 +493,17 @@ class Engine:
             return self._running
 
     def _load(self) -> None:
+        from .compute import compile_enabled
+        from .group import fitting_sessions
+
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
         try:
             model = self._load_model(download_bar(self.name, self._set_status))
+            if self._fit_sessions:
+                self.max_sessions = fitting_sessions(model)
+            if compile_enabled() and self.max_sessions > 1:  # load warmed one row up; the group meets more at joins
+                model.warm_up(sessions=self.max_sessions + 1)  # the live conversations and one recording
         except VoiceChatError as e:
             self._set_status(EngineStatus(FAILED, str(e)))
             return
@@ -504,10 +512,6 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
-        if self._fit_sessions:
-            from .group import fitting_sessions
-
-            self.max_sessions = fitting_sessions(model)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
@@ -556,7 +560,7 @@ class Engine:
             job._emit(Event(DONE, answer=answer))
 
 
-    def _run_lives(self, first: Live) -> None:
+    def _run_lives(self, first: LiveJob) -> None:
         """Step the live conversations together until none is left: each round hands every conversation's new
         messages to its session, takes in the live conversations that were queued meanwhile, and runs one tick
         (waiting for a message when no conversation has a position ready). Recordings wait until the last has
@@ -573,7 +577,7 @@ class Engine:
                 self._failed.clear()
                 continue
             with self._lock:
-                arrivals = [j for j in self._waiting if isinstance(j, Live)]
+                arrivals = [j for j in self._waiting if isinstance(j, LiveJob)]
                 for job in arrivals:
                     self._waiting.remove(job)
                 if arrivals:
@@ -608,7 +612,7 @@ class Engine:
     def _next_recording(self) -> Optional[Job]:
         """The first recording waiting, taken from the queue (it runs now, beside the live conversations)."""
         with self._lock:
-            job = next((j for j in self._waiting if not isinstance(j, Live)), None)
+            job = next((j for j in self._waiting if not isinstance(j, LiveJob)), None)
             if job is not None:
                 self._waiting.remove(job)
                 self._running = job
@@ -627,11 +631,12 @@ class Engine:
             except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
                 if not isinstance(e, VoiceChatError):
                     traceback.print_exc(file=sys.stderr)
-                self._failed[live] = str(e) if isinstance(e, VoiceChatError) else f"Engine error: {type(e).__name__}: {e}"
+                known = isinstance(e, VoiceChatError)
+                self._failed[live] = str(e) if known else f"Engine error: {type(e).__name__}: {e}"
                 continue
             live._deliver(live.session._take())
 
-    def _admit(self, live: Live) -> None:
+    def _admit(self, live: LiveJob) -> None:
         if live.cancel_requested:
             live._emit(LiveEvent(CLOSED))
             return
@@ -649,7 +654,7 @@ class Engine:
         with self._lock:
             self._lives.append(live)
 
-    def _guarded(self, live: Live, work) -> None:
+    def _guarded(self, live: LiveJob, work) -> None:
         """``work()`` for one conversation; its failure ends that conversation only."""
         try:
             work()
@@ -659,14 +664,14 @@ class Engine:
             traceback.print_exc(file=sys.stderr)
             self._fail(live, f"Engine error: {type(e).__name__}: {e}")
 
-    def _fail(self, live: Live, message: str) -> None:
+    def _fail(self, live: LiveJob, message: str) -> None:
         live._emit(LiveEvent(ERROR, message=message))
         if live in self._lives:
             live.session.close()
             live._result = host_result(live.session.result())
             self._close_live(live)
 
-    def _close_live(self, live: Live) -> None:
+    def _close_live(self, live: LiveJob) -> None:
         with self._lock:
             if live in self._lives:
                 self._lives.remove(live)
@@ -711,7 +716,7 @@ def prompt_frames(model, request: Request) -> int:
 
 
 def job_queued(job: Job, ahead: int):
-    return LiveEvent(QUEUED, position=ahead) if isinstance(job, Live) else Event(QUEUED, position=ahead)
+    return LiveEvent(QUEUED, position=ahead) if isinstance(job, LiveJob) else Event(QUEUED, position=ahead)
 
 
 def host_result(result: Result) -> Result:

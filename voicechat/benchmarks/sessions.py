@@ -9,9 +9,8 @@ buffer: a steady frame waits for the tick), then one ``group.step()`` (every net
 encoder's steady frames included). Reported per N, over the ticks after
 the last conversation's prompt: tick p50 / p95 / p99 / max, milliseconds per conversation (tick p50 / N), the step
 alone, the joins' stall of the others (per tick in which a set-up stage ran while another conversation had joined:
-the asking and that stage) and each conversation's whole set-up, active memory per conversation and the peak, the graph nodes of one
-tick of all rows; then the largest N whose tick p95 stays under
-80 ms.
+the asking and that stage) and each conversation's whole set-up, active memory per conversation and the peak, the
+graph nodes of one tick of all rows; then the largest N whose tick p95 stays under 80 ms.
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
-from .group import SessionGroup
+from .group import SessionGroup, row_counts
 from .session import Frame, Session
-from .stt import lm
+from .llm import lm
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
 from .tools import Tool, system_prompt as tool_prompt
@@ -41,7 +41,8 @@ WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversa
 # prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product, so
 # that compilation happens at load and not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32, 64)
-WARM_FRAMES = 4  # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
+# the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
+WARM_FRAMES = 4
 
 Progress = Callable[[int, int, FrameUpdate], None]
 
@@ -189,30 +190,51 @@ class Model:
                 session.settle()
         return recording.result()
 
-    def warm_up(self, positions: int = WARM_POSITIONS) -> dict[str, float]:
-        """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
-        tracing and the GPU's kernel compilation happen now rather than in the first answer or at a cache's growth
-        (GPU only: on a CPU nothing is compiled). Returns the seconds each part took."""
+    def warm_up(self, positions: int = WARM_POSITIONS, sessions: int = 1) -> dict[str, float]:
+        """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches and every
+        row count a group of ``sessions`` conversations meets as they join (``group.row_counts``: a handful, since
+        the rows double), so that tracing and the GPU's kernel compilation happen now rather than in the first
+        answer, at a cache's growth or at a join (GPU only: on a CPU nothing is compiled). Returns the seconds each
+        part took."""
         seconds, t0 = {}, time.perf_counter()
-        session = Session(self, "warm up")
-        frame = np.zeros(self.config.samples_per_input_frame, np.float32)
-        for _ in range(WARM_FRAMES):  # 80 ms at a time, as a live session is fed: its steady frame is traced too
-            session.feed(frame, self.config.input_sample_rate)
+        counts = row_counts(sessions)
+        group = self._warm_ticks(counts)
         seconds["session frames"], t0 = time.perf_counter() - t0, time.perf_counter()
         for length in WARM_PROMPT_POSITIONS:
             state = lm.LMState(self.net.stt_model, self.config)
             prompt = mx.full((1, length), self.config.pad_id)
             mx.eval(lm.prefill(self.net.stt_model, self.config, state, prompt), state.arrays)
         seconds["prompt prefills"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.stt_model.llm.warm_up(capacities(positions))
+        for rows in counts:
+            self.net.stt_model.llm.warm_up(capacities(positions), rows)
         seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions),
-                                                      session.group.tts_state.caches[0].keys.dtype)
+        dtype = group.tts_state.caches[0].keys.dtype
+        for rows in counts:  # each conversation's two guidance rows
+            self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), dtype, 2 * rows)
         seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0
         return seconds
 
+    def _warm_ticks(self, counts: list[int]) -> SessionGroup:
+        """Ticks of a group at each row count of ``counts``: conversations join until it holds that many rows, then
+        each is fed WARM_FRAMES x 80 ms, as a live one is (its first frame alone, then steady frames with the others;
+        a joining one's prompt beside them) -> the group, its conversations closed."""
+        group = self.sessions(counts[-1])
+        frame = np.zeros(self.config.samples_per_input_frame, np.float32)
+        opened = []
+        for rows in counts:
+            while group.rows < rows:
+                opened.append(group.session("warm up"))
+            for _ in range(WARM_FRAMES):
+                for session in opened:
+                    session.push(frame, self.config.input_sample_rate)
+                while any(session.setting_up or session._ready() for session in opened):
+                    group.step()
+        for session in opened:
+            session.close()
+        return group
+
     def prompt_length(self, system_prompt: str) -> int:
-        """Timeline positions of a system prompt: [bos] + its tokens + [eos] (docs/model.md §1.2 C), none without one."""
+        """A system prompt's timeline positions: [bos] + its tokens + [eos] (docs/model.md §1.2 C); none without one."""
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:
