@@ -265,7 +265,7 @@ class LiveJob(Job):
         self._announce_ready()
 
     def _announce_ready(self) -> None:
-        if not self._ready_sent and not self.session.prompt_inputs:
+        if not self._ready_sent and self.session.started:
             self._ready_sent = True
             self._emit(LiveEvent(READY, setup_seconds=time.perf_counter() - self._opened,
                                  prompt_frames=self.session.prompt_frames))
@@ -277,8 +277,8 @@ class LiveJob(Job):
         session = self.session
         messages = self._messages()
         while messages and not (self.cancel_requested or session.ended):
-            if messages[0][0] == "flush" and (session._ready() or not flushing):
-                return  # the positions heard so far run in the ticks first, as they would have without the flush
+            if messages[0][0] == "flush" and (session._ready() or session.setting_up or not flushing):
+                return  # the set-up and the positions heard so far run in the ticks first, as without the flush
             message = messages.popleft()
             if message[0] == "audio":
                 session.push(message[1], message[2])

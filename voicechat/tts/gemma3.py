@@ -113,9 +113,15 @@ class Gemma3TextModel(nn.Module):
         # [B, L, H] -> [B, L, H] (after the final norm)
         if x.shape[1] == 1 and caches[0].offset > 0:
             return self.step(x, caches)
-        for layer, cache in zip(self.layers, caches):
-            x = layer(x, cache)
-        return self.norm(x)
+        return self.norm(self.through(x, caches, range(len(self.layers))))
+
+    def through(self, x: mx.array, caches: list, layers: range) -> mx.array:
+        """``x`` through the ``layers`` alone, each filling its cache: a forward in pieces of layers gives the one
+        forward's numbers (a joining conversation's TTS warm-up runs so, docs/batching.md §1). [B, L, H] -> [B, L, H]
+        (before the final norm)"""
+        for i in layers:
+            x = self.layers[i](x, caches[i])
+        return x
 
     def warm_up(self, capacities: list[int], dtype: mx.Dtype, rows: int = 2) -> None:
         """One step at each cache capacity (zero caches, evaluated): traced and compiled ahead."""
