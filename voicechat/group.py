@@ -369,10 +369,10 @@ class SessionGroup:
         clock = self._clock(rows)
         active = np.zeros(self.rows, bool)
         active[[r for r, _ in rows]] = True
-        self._perceive(rows, clock)
-        ids = self._think(rows, clock)
+        steady = self._perceive(rows, clock)
+        ids = self._think(rows, clock, steady)
         ids = self._fixed(rows, ids)
-        heard = self._transcribe(rows, clock)
+        heard = self._transcribe(rows, clock, steady)
         codes, samples = self._speak(rows, active, ids, clock)
         self.prev_ids = compute.kept_where(mx.array(active), ids, self.prev_ids)
         for _, row in rows:
@@ -386,21 +386,41 @@ class SessionGroup:
         """The tick's stage clock: it evaluates and times each stage when a row's session profiles."""
         return TickClock(any(row.session.clock.profile for _, row in rows))
 
-    def _perceive(self, rows: list, clock: "TickClock") -> None:
+    def _perceive(self, rows: list, clock: "TickClock") -> Optional[tuple]:
         """The steady frames of the rows that hear one, in one call for all rows (their mel columns, subsampling and
         conformer layers: ``PerceptionRows.steady``); a frame its conversation already computed alone (before a block
-        of its own) is taken as it is."""
+        of its own) is taken as it is. -> (the call's rows, projected [R, H], encoded [R, D]) or None without one."""
         waiting = [(r, row.listen) for r, row in rows if row.listen is not None and row.listen.encoded is None]
+        steady = None
         if waiting:
             t0 = time.perf_counter()
-            self.hearing.steady(waiting)
-            clock.stage("encoder", t0, *[a for _, frame in waiting for a in (frame.projected, frame.encoded)],
-                        *self.hearing.arrays)
+            projected, encoded = self.hearing.steady(waiting)
+            steady = ({r for r, _ in waiting}, projected, encoded)
+            clock.stage("encoder", t0, projected, encoded, *self.hearing.arrays)
         for _, row in rows:
             if row.listen is not None:
                 row.audio, row.encoded = row.listen.projected, row.listen.encoded
+        return steady
 
-    def _transcribe(self, rows: list, clock: "TickClock") -> tuple:
+    def _inputs(self, rows: list, kind: str, steady: Optional[tuple]) -> mx.array:
+        """``rows``' (r, row) audio inputs (``kind`` "audio") or encoder frames ("encoded") in their order, [n, D]:
+        the steady frames of this tick's call taken from its [R, D] output in one take, any other (a prompt position,
+        a frame computed alone, a tool exchange's silence) stacked (no op per row of the call, docs/batching.md §2)."""
+        computed, out = (steady[0], steady[1 if kind == "audio" else 2]) if steady else (set(), None)
+        own = [i for i, (r, _) in enumerate(rows) if r not in computed]
+        if not own:
+            return out[mx.array([r for r, _ in rows])] if len(rows) < out.shape[0] else out
+        stacked = mx.stack([getattr(rows[i][1], kind) for i in own])
+        if len(own) == len(rows):
+            return stacked
+        slot = np.zeros(len(rows), np.int32)
+        slot[own] = np.arange(len(own))
+        mine = np.zeros(len(rows), bool)
+        mine[own] = True
+        taken = out[mx.array([r for r, _ in rows])]
+        return compute.kept_where(mx.array(mine), stacked[mx.array(slot)], taken)
+
+    def _transcribe(self, rows: list, clock: "TickClock", steady: Optional[tuple]) -> tuple:
         """The transcripts' first joint call of the rows that hear a valid encoder frame, in one call (each row's own
         prediction network state; docs/model.md §1.2 J) -> (their indices in ``rows``, enc(f) [n, J], ids [n])."""
         hearing = [i for i, (_, row) in enumerate(rows)
@@ -410,13 +430,13 @@ class SessionGroup:
         t0 = time.perf_counter()
         sessions = [rows[i][1].session for i in hearing]
         projected, ids = sessions[0].rnnt.first_joints([s.rnnt_state for s in sessions],
-                                                       mx.stack([rows[i][1].encoded for i in hearing]))
+                                                       self._inputs([rows[i] for i in hearing], "encoded", steady))
         clock.stage("rnnt first joints", t0, projected, ids)
         for i, s in zip(hearing, sessions):
             rows[i][1].built_on = len(s.rnnt_state.tokens)
         return hearing, projected, ids
 
-    def _think(self, rows: list, clock: "TickClock") -> mx.array:
+    def _think(self, rows: list, clock: "TickClock", steady: Optional[tuple]) -> mx.array:
         """The LLM for the rows past their prompt: fused input from each row's previous ids -> [R, 2] ids (text
         sampled with each row's settings, function greedy; pad for every other row) (docs/model.md §1.2 F)."""
         c = self.cfg
@@ -427,7 +447,7 @@ class SessionGroup:
         t0 = time.perf_counter()
         think = np.zeros(self.rows, bool)
         think[[r for r, _ in thinking]] = True
-        audio = self._row_audio(thinking)
+        audio = self._row_audio(thinking, think, steady)
         has_func = self.stt.function_head is not None
         text, func = lm.step(self.stt, c, self.lm, audio, self.prev_ids[:, 0],
                              self.prev_ids[:, 1] if has_func else None, active=think)
@@ -454,12 +474,15 @@ class SessionGroup:
         clock.stage("llm", t0)
         return ids
 
-    def _row_audio(self, thinking: list) -> mx.array:
-        """The thinking rows' audio inputs in their rows, zeros elsewhere: [R, H] (one stack)."""
-        hidden = thinking[0][1].audio.shape[-1]
-        zero = mx.zeros((hidden,), thinking[0][1].audio.dtype)
-        by_row = {r: row.audio for r, row in thinking}
-        return mx.stack([by_row.get(r, zero) for r in range(self.rows)])
+    def _row_audio(self, thinking: list, think: np.ndarray, steady: Optional[tuple]) -> mx.array:
+        """The thinking rows' audio inputs in their rows, zeros elsewhere: [R, H] (a take and a ``where``)."""
+        audio = self._inputs(thinking, "audio", steady)
+        if len(thinking) < self.rows:
+            slot = np.zeros(self.rows, np.int32)
+            slot[[r for r, _ in thinking]] = np.arange(len(thinking))
+            zero = mx.zeros((1, audio.shape[1]), audio.dtype)
+            audio = compute.kept_where(mx.array(think), audio[mx.array(slot)], zero)
+        return audio
 
     def _fixed(self, rows: list, ids: mx.array) -> mx.array:
         """The ids a script or a tool channel fixes for a row's position replace the model's (docs/tools.md §5): one

@@ -112,23 +112,26 @@ class PerceptionRows:
         self.arrays = [mx.slice_update(a, s.astype(a.dtype), mx.array([r]), axes=(0,))
                        for a, s in zip(self.arrays, state)]
 
-    def steady(self, frames: list[tuple[int, SteadyFrame]]) -> None:
+    def steady(self, frames: list[tuple[int, SteadyFrame]]) -> tuple[mx.array, mx.array]:
         """Each (row, frame)'s steady frame, lazily, in one call over all rows: its outputs go to the frame, the
-        state of the rows without one is kept."""
+        state of the rows without one is kept. -> the call's (projected [R, output_dim], encoded [R, d_model]), row r
+        the frame of row r (the others' values dropped)."""
         rows = self.rows
+        at = np.array([r for r, _ in frames])
         raw = np.zeros((rows, len(frames[0][1].raw)), np.float32)
+        raw[at] = np.stack([frame.raw for _, frame in frames])
         first, end, start = (np.zeros(rows, np.int32) for _ in range(3))
-        for r, frame in frames:
-            raw[r], first[r], end[r], start[r] = frame.raw, frame.first, frame.end, frame.start
+        first[at], end[at], start[at] = zip(*[(f.first, f.end, f.start) for _, f in frames])
         projected, encoded, *state = self.perception.stream_frame()(
             mx.array(raw), mx.array(first), mx.array(end), mx.array(start), mx.array(start + 1), *self.arrays)
         if len(frames) < rows:
             active = np.zeros(rows, bool)
-            active[[r for r, _ in frames]] = True
+            active[at] = True
             state = [compute.kept_where(mx.array(active), new, old) for new, old in zip(state, self.arrays)]
         self.arrays = state
         for r, frame in frames:
             frame.projected, frame.encoded = compute.entry(projected, r), compute.entry(encoded, r)
+        return projected, encoded
 
 
 class PerceptionStream:
