@@ -58,7 +58,8 @@ class Row:
     audio: Optional[mx.array]  # [H] the LLM's audio input, None over the prompt
     encoded: Optional[mx.array]  # [D] encoder frame (None during a tool exchange)
     valid: bool
-    first: Optional[tuple] = None  # the transcript's first joint call (enc(f) [1, J], id), read back with the tick
+    first: Optional[tuple] = None  # the transcript's first joint call (the tick's enc(f) [n, J], this row's index
+    #                                in it, its id), read back with the tick
     built_on: int = 0  # transcript length it was built on
     listen: Optional[SteadyFrame] = None  # the steady frame that gives ``audio`` and ``encoded`` (in the tick)
 
@@ -560,7 +561,7 @@ class SessionGroup:
         if tick.heard:
             hearing, projected, first = tick.heard
             for n, (i, token) in enumerate(zip(hearing, np.asarray(first).tolist())):
-                tick.rows[i][1].first = (projected[n:n + 1], token)
+                tick.rows[i][1].first = (projected, n, token)
         now = time.perf_counter()
         took = now - max(tick.started, self.finished_at)  # its wall time, not the one before it (look-ahead)
         self.finished_at = now

@@ -508,7 +508,7 @@ class Session:
             return
         t0 = time.perf_counter()
         fresh = first is not None and built_on == len(self.rnnt_state.tokens) and self.rnnt_state.prediction is not None
-        self.rnnt.decode_frame(self.rnnt_state, encoded[None], first if fresh else None)
+        self.rnnt.decode_frame(self.rnnt_state, None if fresh else encoded[None], first if fresh else None)
         self.clock.add("transcript", t0)
 
     def _new_transcript(self) -> str:

@@ -160,18 +160,21 @@ class RNNTGreedy:
         g = mx.concatenate([s.prediction[0] for s in states])
         return projected, mx.argmax(self.joint(projected, g), axis=-1)
 
-    def decode_frame(self, state: RNNTState, enc_frame: mx.array,
-                     first: Optional[tuple[mx.array, int]] = None) -> list[int]:
-        """Consume one encoder frame [1, encoder_hidden]; returns the ids emitted at it (and appends them to
-        ``state.tokens``). ``first``: this frame's enc(f) [1, J] and first id (:meth:`first_joints`, read back) for
-        this state, already computed."""
+    def decode_frame(self, state: RNNTState, enc_frame: Optional[mx.array],
+                     first: Optional[tuple[mx.array, int, int]] = None) -> list[int]:
+        """Consume one encoder frame [1, encoder_hidden] (None with ``first``); returns the ids emitted at it (and
+        appends them to ``state.tokens``). ``first``: this frame's first joint call for this state, already computed
+        (:meth:`first_joints` of n hypotheses: their enc(f) [n, J], this one's index, its id read back); the row of
+        enc(f) is taken only if the frame emits (a blank frame, the usual one, costs no array op)."""
         if first is None:
             projected, token = self.first_joints([state], enc_frame)
-            first = projected, token.item()
-        projected, token = first
+            first = projected, 0, token.item()
+        joints, index, token = first
+        projected = None
         emitted = []
         for n in range(self.max_symbols):
             if n:
+                projected = joints[index:index + 1] if projected is None else projected
                 if state.prediction is None:
                     state.prediction = self.decoder.predict(state.last_token, state.lstm_state)
                 token = mx.argmax(self.joint(projected, state.prediction[0]), axis=-1).item()
