@@ -8,7 +8,10 @@ the host's reading), and ``--runs`` profiled ticks: the group's own tick with ea
 is built (``TickClock``: perception's steady frame over R rows, the RNNT's first joint calls, the LLM decode with
 both heads, the text sampling, the TTS backbone step over 2R rows, the MoG code generation, the codec decoder's
 frame over R rows), so the parts are the tick's own calls, not a copy of them. Prints median and p90 ms of each and
-the graph nodes of each part (of the first profiled tick; each part's inputs evaluated before it).
+the graph nodes of each part (of the first profiled tick; each part's inputs evaluated before it), and the host side
+of the whole ticks (HOST): the pushes, the build (Python before the graph is handed to MLX), the queueing
+(``mx.async_eval``: on a CPU the whole evaluation), the wait for the tick's outputs and the finish (reading them and
+each conversation's ``Session._finish_row``).
 
 ``--qmm``: then ``mx.quantized_matmul`` (4-bit, group 64, bf16) at each of the LLM's matrix shapes (its Linear
 layers as the checkpoint's config builds them) for M = 1 .. 64 rows, against the same product with the weights
@@ -37,6 +40,7 @@ from voicechat.errors import SessionsFull
 from voicechat.group import SessionGroup, TickClock
 
 PARTS = ("encoder", "rnnt first joints", "llm decode", "text sampling", "tts backbone", "tts codes", "codec")
+HOST = ("push", "build", "queue", "wait", "finish")
 SETTLE = 5  # unmeasured ticks once every conversation is past its prompt
 QMM_ROWS = (1, 2, 4, 8, 16, 32, 64)
 QMM_LAYERS = 8
@@ -61,10 +65,34 @@ class ProfiledGroup(SessionGroup):
     profiling = False
     nodes: dict | None = None  # an empty dict: the next profiled tick fills it
     clock: TickClock | None = None  # the last tick's
+    host: dict | None = None  # a dict: each tick's host parts go in it (HOST)
 
     def _clock(self, rows: list) -> TickClock:
         self.clock = CountingClock(self.profiling, self.nodes if self.nodes == {} else None)
         return self.clock
+
+    def _timed(self, part: str, t0: float) -> None:
+        if self.host is not None:
+            self.host.setdefault(part, []).append(time.perf_counter() - t0)
+
+    def _build(self):
+        t0 = time.perf_counter()
+        tick = super()._build()
+        self._timed("build", t0)
+        return tick
+
+    def _queue(self, tick) -> None:
+        t0 = time.perf_counter()
+        super()._queue(tick)
+        self._timed("queue", t0)
+
+    def _finish(self, tick) -> None:
+        t0 = time.perf_counter()
+        mx.eval([tick.ids] + [a for a in (tick.codes, tick.samples) if a is not None] + list(tick.heard[1:]))
+        self._timed("wait", t0)
+        t1 = time.perf_counter()
+        super()._finish(tick)
+        self._timed("finish", t1)
 
 
 def percentiles(seconds: list[float]) -> dict:
@@ -90,6 +118,7 @@ def measure_rows(model, r: int, runs: int) -> dict:
         t0 = time.perf_counter()
         for s in sessions:
             s.push(x[fed * step:(fed + 1) * step], RATE)
+        group._timed("push", t0)
         group.step()
         fed += 1
         return time.perf_counter() - t0
@@ -98,7 +127,9 @@ def measure_rows(model, r: int, runs: int) -> dict:
         tick()
     for _ in range(SETTLE):
         tick()
+    group.host = {}
     whole = [tick() for _ in range(runs)]
+    host, group.host = group.host, None
     group.profiling, group.nodes = True, {}
     parts: dict[str, list[float]] = {}
     for _ in range(runs):
@@ -108,6 +139,7 @@ def measure_rows(model, r: int, runs: int) -> dict:
     for s in sessions:
         s.close()
     return {"rows": r, "group_rows": group.rows, "tick": percentiles(whole),
+            "host": {part: percentiles(host[part]) for part in HOST},
             "parts": {name: {**percentiles(parts[name]), "nodes": group.nodes.get(name, 0)}
                       for name in PARTS if name in parts}}
 
@@ -170,9 +202,11 @@ def print_rows(results: list[dict]) -> None:
             p = r["parts"].get(name)
             line += f" {p['p50']:11.2f} {p['p90']:7.2f} {p['nodes']:6d}" if p else f" {'-':>11s} {'-':>7s} {'-':>6s}"
         print(line)
+    for part in HOST:
+        line = (f" {r['host'][part]['p50']:11.2f} {r['host'][part]['p90']:7.2f} {'':6s}" for r in results)
+        print(f"{'host ' + part:20s}" + "".join(line))
     ticks = (f" {r['tick']['p50']:11.2f} {r['tick']['p90']:7.2f} {'':6s}" for r in results)
-    print(f"{'whole tick':20s}" + "".join(ticks),
-          flush=True)
+    print(f"{'whole tick':20s}" + "".join(ticks), flush=True)
 
 
 def print_qmm(rows: list[dict]) -> None:

@@ -68,8 +68,8 @@ def test_lab_benchmark_runs_on_the_tiny_model(args, says):
 
 def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
     """``bench.rows``: at each row count every part of the group's tick (the RNNT's first joints too, on a checkpoint
-    with a transcript head) with its graph nodes and the whole tick, then the 4-bit product probe at each of the LLM's
-    shapes and row counts; a row count below 1 is a usage error."""
+    with a transcript head) with its graph nodes, the whole tick and its host parts, then the 4-bit product probe at
+    each of the LLM's shapes and row counts; a row count below 1 is a usage error."""
     from voicechat.random_checkpoint import write_tiny_checkpoint
 
     out = run("-m", "bench.rows", "--model", write_tiny_checkpoint(tmp_path / "model", seed=1), "--rows", "1,3",
@@ -82,6 +82,8 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
                                      "tts codes", "codec"}
         assert all(p["n"] == 2 and p["p50"] > 0 and p["nodes"] > 0 for p in row["parts"].values())
         assert row["tick"]["n"] == 2 and row["tick"]["p50"] > 0
+        assert set(row["host"]) == {"push", "build", "queue", "wait", "finish"}
+        assert all(p["n"] == 2 and p["p50"] > 0 for p in row["host"].values())
     assert {q["m"] for q in r["qmm"]} == {1, 2, 4, 8, 16, 32, 64}
     assert all(q["qmm_ms"] > 0 and q["bf16_ms"] > 0 for q in r["qmm"])
     bad = subprocess.run([sys.executable, "-m", "bench.rows", "--model", "x", "--rows", "0"], capture_output=True,
