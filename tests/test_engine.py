@@ -24,7 +24,7 @@ import pytest
 
 from voicechat import engine as eng
 from voicechat.audio import prepare_input
-from voicechat.errors import AudioInputError, ModelUnavailable
+from voicechat.errors import AudioInputError, ConfigError, ModelUnavailable
 from voicechat.config import GenerationConfig
 from voicechat.result import FrameUpdate, Result
 from voicechat.session import Frame
@@ -761,3 +761,8 @@ def test_live_conversations_and_a_recording_step_together_each_as_alone(demo_dir
         assert [f.text_id for f in frames] == [f.text_id for f in direct]
         assert np.array_equal(np.stack([f.codes for f in frames]), np.stack([f.codes for f in direct]))
         assert eng.ERROR not in [e.kind for e in evs]
+
+
+def test_the_recording_rows_are_at_least_one():
+    with pytest.raises(ConfigError, match="max_recordings must be at least 1, got 0"):
+        eng.Engine(loader_for(ScriptedModel()), name="scripted", max_recordings=0)
