@@ -4,7 +4,7 @@ the timeline and in conversation.json; with no tool ticked the request carries n
 
 The app runs on the real tiny model in the engine, launched locally and driven through gradio_client. The tiny
 model's function head writes random ids, so its function channel is scripted through the session's test-only seam
-(``Model._generate(script=...)``, as in tests/test_tools.py): one call to ``calculate`` a few positions after the
+(``Model._recording(script=...)``, as ``_generate`` in tests/test_tools.py): one call to ``calculate`` a few positions after the
 system prompt, EOTR where the response ends.
 """
 
