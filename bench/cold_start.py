@@ -31,7 +31,7 @@ def cached_kernels() -> int:
 
 
 def run(model_spec: str, frames: int) -> dict:
-    from voicechat.loop import Model
+    from voicechat.api import Model
     from voicechat.model import load_parts
     from voicechat.session import Session
 

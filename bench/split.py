@@ -48,7 +48,7 @@ def main() -> None:
     args = p.parse_args()
 
     from voicechat import load
-    from voicechat.stt import lm
+    from voicechat.llm import lm
     from voicechat.tts.eartts import warmup_inputs
     from voicechat.tts.mog import KeyNoise
 

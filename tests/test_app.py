@@ -34,6 +34,7 @@ from voicechat import engine as eng  # noqa: E402
 from voicechat.answer import Answer, Piece  # noqa: E402
 from voicechat.config import GenerationConfig  # noqa: E402
 from voicechat.result import CONVERSATION_FIELDS, Result  # noqa: E402
+from voicechat.webui import record as record_tab  # noqa: E402
 
 EXAMPLE = app.ASSETS / "capital_16k_mono.wav"
 EXAMPLE_FRAMES = math.ceil(sf.info(str(EXAMPLE)).duration / 0.08)  # 80 ms frames of the recording (47)
@@ -41,7 +42,7 @@ STEREO_EXAMPLE = app.ASSETS / "tea_44k_stereo.wav"
 ADVANCED_DEFAULTS = dict(extra_seconds=0, max_extra_seconds=10, temperature=0.0, top_p=1.0, repetition_penalty=1.0,
                          tts_override=False, tts_guidance=0.35, tts_top_p=0.9, tts_noise=0.004, turn_markers=False,
                          reference=False)
-OUT = {name: i for i, name in enumerate(app.RecordAndRun.OUTPUTS)}  # output name -> index in the handler's tuple
+OUT = {name: i for i, name in enumerate(record_tab.RecordAndRun.OUTPUTS)}  # output name -> index in the handler's tuple
 
 
 def free_port() -> int:
@@ -71,15 +72,15 @@ def scripted_answer(first_frame=5, prompt_frames=5, frames=30, wall_seconds=2.4)
 
 def test_timings_and_downloads(tmp_path):
     answer = scripted_answer(wall_seconds=2.8)  # 35 positions (5 of the prompt) = 2.8 s of timeline in 2.8 s
-    table = app.timings_markdown(answer, load_seconds=12.0)
+    table = record_tab.timings_markdown(answer, load_seconds=12.0)
     # shares of the whole run (2.8 s): the timed stages and the positions' loop, which is the rest of it
     assert "| prompt prefill | 0.30 | 11% |" in table and "| the 80 ms positions (all else) | 2.20 | 79% |" in table
     shared = [float(row.split("|")[2]) for row in table.splitlines() if row.endswith("% |")]
     assert len(shared) == 4 and sum(shared) == pytest.approx(2.8)
     assert "35 timeline frames of 80 ms (2.80 s, the system prompt's 5 included): RTF 1.00" in table
-    ask = app.Question(np.zeros(16000, np.float32), 16000, "Be brief.", 4, GenerationConfig(text_top_p=0.5),
+    ask = record_tab.Question(np.zeros(16000, np.float32), 16000, "Be brief.", 4, GenerationConfig(text_top_p=0.5),
                        "question.m4a")
-    wav, js = app.save_outputs(answer, tmp_path, ask, "org/model", demo_model=True)
+    wav, js = record_tab.save_outputs(answer, tmp_path, ask, "org/model", demo_model=True)
     info = sf.info(str(wav))
     assert (info.samplerate, info.subtype, info.frames) == (22050, "PCM_16", 30 * 1764)
     record = json.loads(js.read_text(encoding="utf-8"))
@@ -96,25 +97,25 @@ def test_timings_and_downloads(tmp_path):
 def test_progress_line_says_frames_speed_and_time_left():
     update = eng.FrameUpdate("frames", elapsed_s=7.9, frames_per_second=2.5, text="Hi", function_text="")
     event = eng.Event(eng.PROGRESS, done=20, total=170, seconds=8.0, update=update)
-    line = text_of(app.progress_status(event, prompt_frames=12, bounded=False, frame_seconds=0.08))
+    line = text_of(record_tab.progress_status(event, prompt_frames=12, bounded=False, frame_seconds=0.08))
     assert "Listening and answering" in line and "frame 20 of 170" in line and "8.0 s" in line
     assert "RTF 5.00 (slower than real time)" in line  # 8 s for 20 frames of 80 ms (1.6 s of timeline)
     assert "about 1 min left" in line and "up to" not in line  # 150 frames at 0.4 s
-    line = text_of(app.progress_status(event, prompt_frames=12, bounded=True, frame_seconds=0.08))
+    line = text_of(record_tab.progress_status(event, prompt_frames=12, bounded=True, frame_seconds=0.08))
     assert "frame 20 of up to 170" in line and "up to about 1 min left" in line  # automatic mode: a bound
-    line = text_of(app.progress_status(event, prompt_frames=25, bounded=True, frame_seconds=0.08))
+    line = text_of(record_tab.progress_status(event, prompt_frames=25, bounded=True, frame_seconds=0.08))
     assert "Reading the system prompt" in line
     # after the run: the same definition of RTF (wall seconds per second of timeline, the prompt's included)
-    done = text_of(app.done_status(scripted_answer(wall_seconds=14.0)))
+    done = text_of(record_tab.done_status(scripted_answer(wall_seconds=14.0)))
     assert "35 frames (2.8 s of timeline) in 14.0 s" in done and "RTF 5.00 (slower than real time)" in done
 
 
 def test_generation_config_from_the_controls():
-    cfg = app.generation_config(0, 12, 0.3, 0.5, 1.1, False, 0.7, 0.9, 0.5, True, False)
+    cfg = record_tab.generation_config(0, 12, 0.3, 0.5, 1.1, False, 0.7, 0.9, 0.5, True, False)
     assert (cfg.extra_seconds, cfg.max_extra_seconds, cfg.text_temperature, cfg.text_top_p) == (None, 12.0, 0.3, 0.5)
     assert (cfg.text_repetition_penalty, cfg.turn_markers, cfg.reference) == (1.1, True, False)
     assert (cfg.tts_guidance_scale, cfg.tts_top_p, cfg.tts_noise_scale) == (None, None, None)  # the checkpoint's
-    cfg = app.generation_config(4.5, 10, 0, 1, 1, True, 0.7, 0.9, 0.5, False, True)
+    cfg = record_tab.generation_config(4.5, 10, 0, 1, 1, True, 0.7, 0.9, 0.5, False, True)
     assert (cfg.extra_seconds, cfg.reference) == (4.5, True)
     assert (cfg.tts_guidance_scale, cfg.tts_top_p, cfg.tts_noise_scale) == (0.7, 0.9, 0.5)
 

@@ -31,6 +31,7 @@ from voicechat.result import FrameUpdate  # noqa: E402
 from voicechat.session import Frame  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, ToolEvent, calculate, system_prompt  # noqa: E402
 from voicechat.tools.calls import response_text  # noqa: E402
+from voicechat.webui import record as record_tab  # noqa: E402
 
 CALL = '<TOOLCALL>[{"name": "calculate", "arguments": {"expression": "6*7"}}]</TOOLCALL>'
 RESULT = {"expression": "6*7", "result": 42}  # what calculate("6*7") returns
@@ -124,11 +125,11 @@ def drawn_calls(timeline_html: str) -> list[dict]:
 
 
 def test_the_panel_offers_the_built_in_tools_and_shows_what_the_model_reads():
-    assert [value for _, value in app.tool_choices()] == ["get_current_time", "calculate", "convert_units"]
-    assert app.tool_choices()[1][0] == "calculate: Evaluate an arithmetic expression exactly, for any calculation"
-    for prompt in app.PROMPT_PRESETS.values():  # nothing ticked: the prompt as written (NVIDIA's default too)
-        assert app.model_prompt(prompt, []) == prompt
-    assert app.model_prompt(PROMPT, ["convert_units", "calculate"]) == system_prompt(PROMPT, BUILTIN_TOOLS[1:])
+    assert [value for _, value in record_tab.tool_choices()] == ["get_current_time", "calculate", "convert_units"]
+    assert record_tab.tool_choices()[1][0] == "calculate: Evaluate an arithmetic expression exactly, for any calculation"
+    for prompt in record_tab.PROMPT_PRESETS.values():  # nothing ticked: the prompt as written (NVIDIA's default too)
+        assert record_tab.model_prompt(prompt, []) == prompt
+    assert record_tab.model_prompt(PROMPT, ["convert_units", "calculate"]) == system_prompt(PROMPT, BUILTIN_TOOLS[1:])
 
 
 @pytest.fixture(scope="module")
@@ -197,12 +198,12 @@ def test_calls_show_while_the_answer_is_computed(ticked):
     for event in (ToolEvent("call", done.call_end, (running,)), ToolEvent("result", done.injection_start, (done,))):
         frame = Frame(event.position, 0, 0, np.zeros(31, np.int32), np.zeros(0, np.float32), "", "", "", None, {},
                       (event,))
-        app.note_calls(calls, eng.Event(eng.PROGRESS, update=FrameUpdate("frames", 1.0, 1.0, "", "", frame)))
-        shown = app.tool_calls_text(list(calls.values()), 10, 0.08)
+        record_tab.note_calls(calls, eng.Event(eng.PROGRESS, update=FrameUpdate("frames", 1.0, 1.0, "", "", frame)))
+        shown = record_tab.tool_calls_text(list(calls.values()), 10, 0.08)
         if event.kind == "call":
             assert shown.split("\n")[1] == "… calculate is running"
     assert list(calls.values()) == [done]
-    assert shown == app.tool_calls_text([done], 10, 0.08) and shown.split("\n")[1].startswith("← calculate: ")
+    assert shown == record_tab.tool_calls_text([done], 10, 0.08) and shown.split("\n")[1].startswith("← calculate: ")
 
 
 def test_with_no_tool_ticked_the_request_carries_none(served):

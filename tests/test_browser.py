@@ -43,6 +43,7 @@ import app  # noqa: E402
 from test_app import EXAMPLE, EXAMPLE_FRAMES, free_port, write_m4a  # noqa: E402
 from test_engine import ScriptedModel, loader_for  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
+from voicechat.webui import record as record_tab  # noqa: E402
 
 # docs/platform.md §6: headless Debian chromium; a fake microphone so the page never asks for a device
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -114,7 +115,7 @@ def test_upload_run_and_see_the_answer(served, page):
 
     words = model.tokenizer.encode(model.answer)
     half = words[: len(words) // 2]
-    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half), app.NVIDIA_PROMPT)):
+    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, len(half), record_tab.NVIDIA_PROMPT)):
         gate.release()
     expect(page.locator("#vc-assistant textarea")).to_have_value(model.decoded(half), timeout=30000)
     expect(status).to_contain_text(re.compile(r"frame \d+ of up to \d+ · .*RTF"))
@@ -150,16 +151,16 @@ def test_the_tools_panel_lists_the_built_in_tools_and_shows_what_the_model_reads
     expect(picker).to_be_visible()
     boxes = picker.get_by_role("checkbox")
     expect(boxes).to_have_count(3)
-    for label, _name in app.tool_choices():
+    for label, _name in record_tab.tool_choices():
         expect(picker.get_by_label(label, exact=True)).not_to_be_checked()  # none ticked: NVIDIA's prompt alone
     page.get_by_role("button", name="What the model reads (the system prompt with the tools)").click()
     reads = page.locator("#vc-model-prompt textarea")
-    expect(reads).to_have_value(app.NVIDIA_PROMPT)
-    picker.get_by_label(app.tool_choices()[1][0], exact=True).check()
-    expect(reads).to_have_value(app.model_prompt(app.NVIDIA_PROMPT, ["calculate"]))
+    expect(reads).to_have_value(record_tab.NVIDIA_PROMPT)
+    picker.get_by_label(record_tab.tool_choices()[1][0], exact=True).check()
+    expect(reads).to_have_value(record_tab.model_prompt(record_tab.NVIDIA_PROMPT, ["calculate"]))
     page.get_by_label("Assistant persona").click()  # another persona: the prompt and its tool block follow
     page.get_by_role("option", name="Brief answers").click()
-    expect(reads).to_have_value(app.model_prompt(app.PROMPT_PRESETS["Brief answers"], ["calculate"]))
+    expect(reads).to_have_value(record_tab.model_prompt(record_tab.PROMPT_PRESETS["Brief answers"], ["calculate"]))
     save(page.locator("#vc-tools"), "tools_panel.png")
 
 

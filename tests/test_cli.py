@@ -14,7 +14,7 @@ import soundfile as sf
 from conftest import HARNESS_WAV, NEMO, TESTS
 from test_audio import write_with_pyav
 from voicechat.__main__ import main
-from voicechat.live import terminal_text
+from voicechat.terminal import terminal_text
 from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 from voicechat.result import CONVERSATION_FIELDS
 
@@ -180,7 +180,7 @@ def test_demo_answers_without_a_checkpoint_and_the_log_gets_a_line_per_tenth(tmp
 
 
 def test_control_characters_of_a_models_text_are_shown_escaped():
-    from voicechat.live import TerminalView
+    from voicechat.terminal import TerminalView
 
     assert terminal_text("a\x1b[31mb\x1cc\td\ne\x7f\x9b") == "a\\x1b[31mb\\x1cc\td\ne\\x7f\\x9b"
     assert terminal_text("Paris, 21 °C ✓") == "Paris, 21 °C ✓"

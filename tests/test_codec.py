@@ -11,7 +11,7 @@ from mlx.utils import tree_flatten
 from conftest import NEMO
 from voicechat.checkpoint import UNUSED_KEYS, fit_layout, load_config, load_into, read_weights
 from voicechat.config import CodecConfig
-from voicechat.tts.codec import (AudioCodec, StridedConv1d, StridedConvTranspose1d,
+from voicechat.codec.rvqvae import (AudioCodec, StridedConv1d, StridedConvTranspose1d,
                                  bounded_magnitude, head_spectrum, periodic_hann, overlap_add, pad_to_multiple,
                                  stft_channels, windowed_frames)
 

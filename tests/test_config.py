@@ -9,10 +9,10 @@ import pytest
 
 from conftest import NEMO, TESTS
 from voicechat.checkpoint import load_config, read_rnnt_vocab, read_weights
-from voicechat.config import (NANO_9B_V2, NANO_9B_V2_CONFIG, RUNTIME_DEFAULTS, AudioConfig, CharEncoderConfig,
-                              CodecConfig, EncoderConfig, GemmaConfig, GenerationConfig, MoGConfig, ModelConfig,
-                              PreprocessorConfig, RNNTConfig, TTSConfig, gemma_layer_types, parse_config, parse_llm,
-                              parse_quantization, split_top_p_or_k)
+from voicechat.config import (NANO_9B_V2, AudioConfig, CharEncoderConfig, CodecConfig, EncoderConfig, GemmaConfig,
+                              GenerationConfig, MoGConfig, ModelConfig, PreprocessorConfig, RNNTConfig, TTSConfig)
+from voicechat.config_formats import (NANO_9B_V2_CONFIG, RUNTIME_DEFAULTS, gemma_layer_types, parse_config, parse_llm,
+                                      parse_quantization, split_top_p_or_k)
 from voicechat.errors import ConfigError
 
 PEERS = TESTS / "fixtures" / "peers"

@@ -26,7 +26,7 @@ import voicechat
 from voicechat import GenerationConfig
 from bench.mlx_audio_convert import convert
 from voicechat.checkpoint import load_config, load_into, read_weights
-from voicechat.config import parse_rnnt
+from voicechat.config_formats import parse_rnnt
 from voicechat.layouts import PROJECTION
 from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint
 
@@ -100,7 +100,7 @@ def test_config_is_the_nemo_config(converted):
 @pytest.mark.parametrize("run", ["greedy_aria", "sampled_aria"])
 def test_generation_matches_nemo(converted, run):
     """The converted folder in voicechat gives NeMo 3.0.0's text id at every position, its codes in every frame and
-    its waveform (what voicechat gives on the NeMo folder itself, tests/test_loop.py)."""
+    its waveform (what voicechat gives on the NeMo folder itself, tests/test_api.py)."""
     from conftest import ReplayNoise
 
     ref = {**np.load(NEMO / "greedy" / "reference.npz"), **np.load(NEMO / run / "reference.npz")}

@@ -1,4 +1,4 @@
-"""The LLM position (voicechat/stt/lm.py): channel fusion, prompt prefill, cached steps, heads and boosts, against
+"""The LLM position (voicechat/llm/lm.py): channel fusion, prompt prefill, cached steps, heads and boosts, against
 NeMo 3.0.0's greedy timeline, hand-made tensors and invariants; quantized vs dequantized weights."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from mlx.utils import tree_unflatten
 
 from test_nemotron_h import GEOMETRIES, checkpoint, max_err, reference
 from voicechat.checkpoint import load_into
-from voicechat.config import with_token_ids
-from voicechat.stt import lm
-from voicechat.stt.nemotron_h import NemotronH
+from voicechat.config_formats import with_token_ids
+from voicechat.llm import lm
+from voicechat.llm.nemotron_h import NemotronH
 
 
 class TinySTT(nn.Module):

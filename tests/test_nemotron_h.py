@@ -1,4 +1,4 @@
-"""Nemotron-H (voicechat/stt/nemotron_h.py) against NeMo 3.0.0 (transformers' NemotronH) on the tiny checkpoints,
+"""Nemotron-H (voicechat/llm/nemotron_h.py) against NeMo 3.0.0 (transformers' NemotronH) on the tiny checkpoints,
 a sequential numpy Mamba-2 reference, and cache invariants."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import mlx.core as mx
 
 from voicechat import cache
 from voicechat.checkpoint import load_config, load_into, read_weights
-from voicechat.stt import nemotron_h
-from voicechat.stt.nemotron_h import NemotronH, segment_sum, step_sizes
+from voicechat.llm import nemotron_h
+from voicechat.llm.nemotron_h import NemotronH, segment_sum, step_sizes
 
 pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
 
@@ -185,7 +185,7 @@ def test_mamba_mixer_matches_sequential_reference_with_dt_clamp(binding):
     llm = build_llm("tiny_model")
     mixer = llm.layers[0].mixer
     low, high = mixer.dt_low, mixer.dt_high
-    assert (low, high) == (0.001, math.inf)  # config.py: time_step_min of the tiny HF config
+    assert (low, high) == (0.001, math.inf)  # config_formats.py: time_step_min of the tiny HF config
     length = 2 * mixer.chunk_size + 7
     x = np.random.default_rng(3).standard_normal((length, mixer.in_proj.weight.shape[1])).astype(np.float32)
     # dt_bias -30 puts softplus(dt + dt_bias) far below 0.001 at every position; +2 far above

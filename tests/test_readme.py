@@ -23,7 +23,7 @@ README = (REPO / "README.md").read_text()
 PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 COMMANDS = [line.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", README, re.S)
             for line in block.splitlines() if line.startswith("python -m voicechat ")]
-# what needs a device or runs until stopped (the tests of live and serve run those: tests/test_live.py,
+# what needs a device or runs until stopped (the tests of live and serve run those: tests/test_terminal.py,
 # tests/test_realtime.py)
 NOT_HERE = {"needs a microphone and speakers": lambda c: " live " in c and "--input-file" not in c,
             "serves until stopped": lambda c: " serve " in c}

@@ -263,7 +263,7 @@ def frame(position: int, text: str = "", turn: str | None = None, transcript: st
                  {"total": 0.01})
 
 
-def mapped(conversation: realtime.Conversation, frames) -> list[dict]:
+def mapped(conversation: realtime.RealtimeConversation, frames) -> list[dict]:
     events = [e for f in frames for e in conversation.frame(f, 0.0)]
     for e in events:
         if not e["type"].startswith("voicechat."):
@@ -283,7 +283,7 @@ USER_CLOSES = ["conversation.item.input_audio_transcription.completed", "convers
 
 
 def test_a_turn_from_bos_to_eos_is_one_response_and_the_users_words_one_item():
-    c = realtime.Conversation(frames_event=False)
+    c = realtime.RealtimeConversation(frames_event=False)
     events = mapped(c, [frame(0, transcript="hel"), frame(1, transcript="lo")])
     assert types(events) == ["conversation.item.added"] + ["conversation.item.input_audio_transcription.delta"] * 2
     user = events[0]["item"]
@@ -303,7 +303,7 @@ def test_a_turn_from_bos_to_eos_is_one_response_and_the_users_words_one_item():
 
 
 def test_text_without_bos_opens_a_response_and_a_bos_inside_one_starts_the_next():
-    c = realtime.Conversation(frames_event=False)
+    c = realtime.RealtimeConversation(frames_event=False)
     assert types(mapped(c, [frame(0, "Hm")]))[:4] == RESPONSE_OPENS
     first = c.response.id
     events = mapped(c, [frame(1, turn="start")])
@@ -312,7 +312,7 @@ def test_text_without_bos_opens_a_response_and_a_bos_inside_one_starts_the_next(
 
 
 def test_cancel_ends_the_response_and_the_rest_of_the_turn_belongs_to_none():
-    c = realtime.Conversation(frames_event=False)
+    c = realtime.RealtimeConversation(frames_event=False)
     mapped(c, [frame(0, turn="start"), frame(1, "One")])
     response_id = c.response.id
     with pytest.raises(realtime.ClientEventError) as e:
@@ -325,11 +325,11 @@ def test_cancel_ends_the_response_and_the_rest_of_the_turn_belongs_to_none():
     assert mapped(c, [frame(2, " two"), frame(3, turn="end")]) == []  # the model finishes its turn unheard
     assert types(mapped(c, [frame(4, "Next")]))[:4] == RESPONSE_OPENS
     with pytest.raises(realtime.ClientEventError):
-        realtime.Conversation(frames_event=False).cancel(None)
+        realtime.RealtimeConversation(frames_event=False).cancel(None)
 
 
 def test_commit_closes_the_users_item_even_before_any_words():
-    c = realtime.Conversation(frames_event=False)
+    c = realtime.RealtimeConversation(frames_event=False)
     events = c.commit()
     assert types(events) == ["conversation.item.added", "input_audio_buffer.committed"] + USER_CLOSES
     first = events[0]["item"]["id"]
@@ -348,7 +348,7 @@ def test_every_frames_audio_leaves_once_resampled_like_the_whole_answer():
     answer resampled to 24 kHz at once (soxr), as PCM16."""
     import soxr
 
-    c = realtime.Conversation(frames_event=True)
+    c = realtime.RealtimeConversation(frames_event=True)
     frames = [frame(0), frame(1, "A"), frame(2, "b"), frame(3, turn="end"), frame(4), frame(5, turn="start"),
               frame(6)]
     events = mapped(c, frames)

@@ -14,7 +14,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from voicechat.checkpoint import load_into, read_weights
-from voicechat.config import parse_rnnt
+from voicechat.config_formats import parse_rnnt
 from voicechat.stt.rnnt import RNNTDecoder, RNNTGreedy, RNNTJoint, Transcript, transcript_text
 
 pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)

@@ -23,7 +23,7 @@ import app  # noqa: E402
 from test_app import EXAMPLE, EXAMPLE_FRAMES, free_port  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
 from voicechat.config import MAX_LAG_SECONDS  # noqa: E402
-from voicechat.webui import talk  # noqa: E402
+from voicechat.webui import record as record_tab, talk  # noqa: E402
 
 MICROPHONE = app.ASSETS / "capital_16k_mono.wav"  # "Hi there! What is the capital of France?" (looped)
 LIVE_ARGS = [*CHROMIUM_ARGS, f"--use-file-for-fake-audio-capture={MICROPHONE}"]
@@ -217,7 +217,7 @@ def test_record_and_run_plays_the_answer_while_it_is_generated(served, browser):
     expect(page.locator("#vc-status")).to_contain_text("Recording ready", timeout=20000)
     gate = model.gate = threading.Semaphore(0)
     page.get_by_role("button", name="Run", exact=True).click()
-    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, 4, app.NVIDIA_PROMPT)):
+    for _ in range(model.frames_to_say(EXAMPLE_FRAMES, 4, record_tab.NVIDIA_PROMPT)):
         gate.release()
     page.wait_for_function("() => window.voicechatAnswer && voicechatAnswer.current && "
                            "voicechatAnswer.current.stats.played > 0", timeout=TIMEOUT)

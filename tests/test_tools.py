@@ -23,7 +23,7 @@ from voicechat.__main__ import main
 from voicechat.errors import ConfigError, ToolError
 from voicechat.result import conversation_json
 from voicechat.session import Session
-from voicechat.stt import lm
+from voicechat.llm import lm
 from voicechat.random_checkpoint import write_tiny_checkpoint, write_tokenizer
 from voicechat.tokenizer import TextTokenizer
 from voicechat.tools import (BUILTIN_TOOLS, Tool, ToolChannel, calculate, convert_units, get_current_time,

@@ -92,7 +92,7 @@ def chosen_tools(a: argparse.Namespace) -> tuple:
 
 
 def print_tool_calls(result) -> None:
-    from .live import terminal_text
+    from .terminal import terminal_text
 
     for call in result.tool_calls:
         outcome = f"error: {call.error}" if call.error else json.dumps(call.result, ensure_ascii=False)
@@ -120,7 +120,7 @@ def load_model(a: argparse.Namespace, scratch: Path):
 def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     from .answer import make_answer
     from .audio import check_recording, read_audio, write_wav
-    from .live import terminal_text
+    from .terminal import terminal_text
     from .result import conversation_json
 
     recording = input_file(a.audio)
@@ -371,7 +371,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def add_serve_parser(sub) -> None:
     import os
 
-    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime.py)")
+    s = sub.add_parser("serve", help="OpenAI Realtime (GA) WebSocket server at /v1/realtime (voicechat/realtime/)")
     add_model_arguments(s)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this computer only)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -403,7 +403,7 @@ def add_serve_parser(sub) -> None:
 
 def cmd_live(a: argparse.Namespace) -> int:
     from .devices import DeviceChoiceError, device_table, import_sounddevice
-    from .live import LiveOptions, run_live
+    from .terminal import LiveOptions, run_live
 
     if a.list_devices:
         print(device_table(import_sounddevice()))

@@ -1,5 +1,5 @@
 """Checkpoints: find them (local directory or Hugging Face Hub), read their config files and shards, and load them
-strictly. (``config.py`` parses what is read here.)
+strictly. (``config_formats.py`` parses what is read here.)
 
 Every published layout keeps NVIDIA's key names (``stt_model.*`` / ``tts_model.*``) and PyTorch tensor layouts
 (docs/checkpoints.md); our module tree has the same key names, so loading is: read -> sanitize (shape-gated layout
@@ -19,8 +19,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from . import layouts
-from .config import (NANO_9B_V2, NANO_9B_V2_REVISION, ModelConfig, QuantizationConfig, QuantSpec, nested_pretrained_llm,
-                     parse_config, parse_rnnt_vocab)
+from .config import NANO_9B_V2, NANO_9B_V2_REVISION, ModelConfig, QuantizationConfig, QuantSpec
+from .config_formats import nested_pretrained_llm, parse_config, parse_rnnt_vocab
 from .errors import CheckpointError, ConfigError, ModelUnavailable
 
 DEFAULT_MODEL = "mlx-community/NemotronLabs-VoiceChat-11B-4bit"

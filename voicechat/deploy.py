@@ -33,8 +33,8 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import RequestRouter
 
-from .realtime import (DEFAULT_IDLE_SECONDS, PATH, ClientEventError, ServeError, create_app, error_event, event_text,
-                       loaded_engine)
+from .limits import DEFAULT_IDLE_SECONDS
+from .realtime import PATH, ClientEventError, ServeError, create_app, error_event, event_text, loaded_engine
 
 log = logging.getLogger("voicechat.deploy")
 

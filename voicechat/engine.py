@@ -16,7 +16,7 @@ engine's, measured from its frame times. :attr:`EngineStatus.facts` gives apps t
     for event in job:
         print(event.kind, event.done, event.total)
 
-A live conversation (:meth:`Engine.open_live`) is a job too: it takes audio from any thread (``Live.send``) and
+A live conversation (:meth:`Engine.open_live`) is a job too: it takes audio from any thread (``LiveJob.send``) and
 gives the session's frames back as they are finished. Live conversations and recordings are conversations of one
 group, stepped together tick by tick (docs/batching.md §5): a live one joins at the next tick, a recording once a
 recording row is free.
@@ -143,7 +143,7 @@ class Job:
         self.finished = threading.Event()
         self.frames_expected: Optional[int] = None  # its progress total, when known at submission (wait estimates)
         self.progress: Optional[tuple[int, int, float]] = None  # (done, total, seconds) once it runs
-        self.input: Any = None  # a recording's conversation once it runs (voicechat.loop.OfflineInput; engine thread)
+        self.input: Any = None  # a recording's conversation once it runs (voicechat.api.OfflineInput; engine thread)
         self._t0 = 0.0
         self._reached = (0, 0)  # (done, total) of its last frame, also after a cancel
 
@@ -203,7 +203,7 @@ class Job:
         return make_answer(model, host_result(self.input.result()), time.perf_counter() - self._t0)
 
 
-# Live-conversation event kinds. CLOSED ends the conversation (after an ERROR too).
+# LiveJob-conversation event kinds. CLOSED ends the conversation (after an ERROR too).
 READY, FRAMES, CLOSED = "ready", "frames", "closed"
 
 
@@ -231,7 +231,7 @@ class LiveEvent:
         return self.kind == CLOSED
 
 
-class Live(Job):
+class LiveJob(Job):
     """A live conversation on the engine thread: ``send`` audio from any thread (it never blocks), read
     :class:`LiveEvent`\\ s; ``flush`` ends the input, ``close`` stops at the next frame. After CLOSED, ``result()``
     is the whole conversation (numpy)."""
@@ -366,7 +366,7 @@ class Engine:
         self.max_recordings = max_recordings
         self._fit_sessions = max_sessions is None
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
-        self._lives: list[Live] = []  # the live conversations the engine thread steps now
+        self._lives: list[LiveJob] = []  # the live conversations the engine thread steps now
         self._recordings: list[Job] = []  # the recordings it steps now, in the order they started
         self._wake = threading.Event()  # a live conversation has a message, or a job arrived
         self.model: Any = None  # touched by the engine thread only
@@ -397,11 +397,11 @@ class Engine:
         running recording's measured speed (else the last run's, else the expected one). None when the job is not
         waiting or a recording it waits for has no length (a file path)."""
         with self._lock:
-            if job not in self._waiting or isinstance(job, Live):
+            if job not in self._waiting or isinstance(job, LiveJob):
                 return None
             rows = [frames_left(r) for r in self._recordings] + [0] * (self.max_recordings - len(self._recordings))
             ahead = [frames_left(j) for j in itertools.takewhile(lambda j: j is not job, self._waiting)
-                     if not isinstance(j, Live)]
+                     if not isinstance(j, LiveJob)]
             if None in rows or None in ahead:
                 return None
             for frames in ahead:  # each takes the row that is free first
@@ -434,21 +434,21 @@ class Engine:
         self._wake.set()
         return job
 
-    def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> Live:
+    def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> LiveJob:
         """Queue a live conversation; it joins the group at the next tick, beside the other live ones and the
         recordings. At most ``max_sessions`` at a time."""
         with self._lock:
             if self.live_count() >= self.max_sessions:
                 raise EngineBusy(f"{self.max_sessions} live conversation{'s are' if self.max_sessions > 1 else ' is'} "
                                  "already running on this model; try again when one has ended")
-            job = self._enqueue(Live, request, owner)
+            job = self._enqueue(LiveJob, request, owner)
         return job
 
     def live_count(self) -> int:
         """Live conversations open or waiting to start (not yet closed)."""
         with self._lock:
             jobs = (*self._lives, *self._waiting)
-            return len({id(j) for j in jobs if isinstance(j, Live) and not j.finished.is_set()})
+            return len({id(j) for j in jobs if isinstance(j, LiveJob) and not j.finished.is_set()})
 
     def cancel_owner(self, owner: str) -> int:
         """Cancel every job (waiting or running) submitted with this owner tag; returns how many."""
@@ -482,7 +482,7 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(LiveEvent(CLOSED) if isinstance(job, Live) else Event(CANCELLED, message="Cancelled while waiting."))
+        job._emit(LiveEvent(CLOSED) if isinstance(job, LiveJob) else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:
@@ -492,9 +492,9 @@ class Engine:
         """What a waiting job waits for (call with the lock held): nothing for a live conversation (it joins at the
         next tick); for a recording, the recordings before it in the queue and, when they hold every recording row,
         the running ones."""
-        if isinstance(job, Live):
+        if isinstance(job, LiveJob):
             return 0
-        before = sum(1 for j in itertools.takewhile(lambda j: j is not job, self._waiting) if not isinstance(j, Live))
+        before = sum(1 for j in itertools.takewhile(lambda j: j is not job, self._waiting) if not isinstance(j, LiveJob))
         running = len(self._recordings)
         return before + (running if running >= self.max_recordings else 0)
 
@@ -521,9 +521,9 @@ class Engine:
                 self._lock.wait()
             if self._closing and not (self._lives or self._recordings):
                 return None
-            lives = [j for j in self._waiting if isinstance(j, Live)]
+            lives = [j for j in self._waiting if isinstance(j, LiveJob)]
             free = self.max_recordings - len(self._recordings)
-            recordings = [j for j in self._waiting if not isinstance(j, Live)][:max(0, free)]
+            recordings = [j for j in self._waiting if not isinstance(j, LiveJob)][:max(0, free)]
             for job in (*lives, *recordings):
                 self._waiting.remove(job)
             self._recordings.extend(recordings)
@@ -649,7 +649,7 @@ class Engine:
                 self._announce_positions()
         job._emit(event)
 
-    def _admit(self, live: Live) -> None:
+    def _admit(self, live: LiveJob) -> None:
         if live.cancel_requested:
             live._emit(LiveEvent(CLOSED))
             return
@@ -671,7 +671,7 @@ class Engine:
         with self._lock:
             self._lives.append(live)
 
-    def _guarded(self, live: Live, work) -> None:
+    def _guarded(self, live: LiveJob, work) -> None:
         """``work()`` for one conversation; its failure ends that conversation only."""
         try:
             work()
@@ -681,14 +681,14 @@ class Engine:
             traceback.print_exc(file=sys.stderr)
             self._fail(live, f"Engine error: {type(e).__name__}: {e}")
 
-    def _fail(self, live: Live, message: str) -> None:
+    def _fail(self, live: LiveJob, message: str) -> None:
         live._emit(LiveEvent(ERROR, message=message))
         if live in self._lives:
             live.session.close()
             live._result = host_result(live.session.result())
             self._close_live(live)
 
-    def _close_live(self, live: Live) -> None:
+    def _close_live(self, live: LiveJob) -> None:
         with self._lock:
             if live in self._lives:
                 self._lives.remove(live)
@@ -739,7 +739,7 @@ def frames_left(job: Job) -> Optional[int]:
 
 
 def job_queued(job: Job, ahead: int):
-    return LiveEvent(QUEUED, position=ahead) if isinstance(job, Live) else Event(QUEUED, position=ahead)
+    return LiveEvent(QUEUED, position=ahead) if isinstance(job, LiveJob) else Event(QUEUED, position=ahead)
 
 
 def host_result(result: Result) -> Result:

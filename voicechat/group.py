@@ -37,7 +37,7 @@ from .cache import capacity_for
 from .errors import ConfigError, SessionsFull
 from .limits import TIMELINE_LIMIT
 from .model import prompt_frames
-from .stt import lm
+from .llm import lm
 from .stt.perception import PerceptionRows, SteadyFrame
 from .tts.eartts import TTSState
 from .tts.mog import KeyNoise, key_draws

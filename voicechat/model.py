@@ -1,11 +1,11 @@
 """The module tree of the whole model (it IS the checkpoint key tree) and ``load``, the one way to build it.
 
     stt_model.perception.*        FastConformer + projection            stt/perception.py
-    stt_model.llm.*               Nemotron-H                            stt/nemotron_h.py
+    stt_model.llm.*               Nemotron-H                            llm/nemotron_h.py
     stt_model.{embed_tokens, lm_head, function_head}
     stt_model.rnnt_{decoder,joint}.*   transcript head (release only)   stt/rnnt.py
     tts_model.tts_model.*         EAR-TTS                               tts/eartts.py
-    tts_model.audio_codec.*       codec                                 tts/codec.py
+    tts_model.audio_codec.*       codec                                 codec/rvqvae.py
     tts_model.{codec_silence_tokens, audio_prompt_latents.<name>}
 """
 
@@ -22,13 +22,14 @@ from mlx.utils import tree_flatten
 
 from .checkpoint import (integrity_problems, load_config, load_into, local_llm_dir, quantize_modules, read_weights,
                          resolve_checkpoint, resolve_tokenizer_file)
-from .config import ModelConfig, with_token_ids
+from .config import ModelConfig
+from .config_formats import with_token_ids
 from .errors import CheckpointError, ConfigError
-from .stt.nemotron_h import NemotronH
+from .llm.nemotron_h import NemotronH
 from .stt.perception import Perception
 from .stt.rnnt import RNNTDecoder, RNNTJoint
 from .tokenizer import TextTokenizer
-from .tts.codec import AudioCodec
+from .codec.rvqvae import AudioCodec
 from .tts.eartts import RVQEARTTSModel
 
 SPEAKER_KEY = re.compile(r"^tts_model\.audio_prompt_latents\.([^.]+)$")

@@ -32,7 +32,7 @@ from .errors import AudioInputError, ConfigError, TimelineFull
 from .group import Row, SessionGroup
 from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
 from .result import Result
-from .stt import lm
+from .llm import lm
 from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
 from .stt.rnnt import RNNTGreedy, Transcript
 from .tokenizer import channel_text
@@ -406,7 +406,7 @@ class Session:
 
     def input_used(self) -> bool:
         """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
-        voicechat.loop.OfflineInput); not while a running tool holds the conversation."""
+        voicechat.api.OfflineInput); not while a running tool holds the conversation."""
         return not self._ready() and not self.waits_for_tool()
 
     def waits_for_tool(self) -> bool:

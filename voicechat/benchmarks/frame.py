@@ -52,7 +52,7 @@ def speech_script(model, prompt_frames: int):
 def frame_ops(model) -> dict:
     """Graph nodes of one timeline frame per network (parameters and state evaluated first)."""
     from ..session import Session
-    from ..stt import lm
+    from ..llm import lm
     from ..tts.mog import KeyNoise
 
     s = Session(model, PROMPT)

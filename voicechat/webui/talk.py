@@ -1,7 +1,7 @@
 """The Talk live tab: full duplex from the browser's microphone, the answer heard as it is spoken.
 
 The page (voicechat/webui/static/live.js) speaks the OpenAI Realtime protocol to the app's own ``/v1/realtime``
-(voicechat/realtime.py, mounted here beside the Gradio page): the microphone goes out as 24 kHz PCM16 from an
+(voicechat/realtime/, mounted here beside the Gradio page): the microphone goes out as 24 kHz PCM16 from an
 AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (voicechat/webui/static/jitter.js). This
 module serves those files and what the page asks the server:
 
@@ -183,12 +183,12 @@ class SpeedCheck:
 # the conversations the Realtime server runs, kept until saved
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass
-class Conversation:
+class RecordedConversation:
     session_id: str
     started: float = field(default_factory=time.monotonic)
     created: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
     heard: list = field(default_factory=list)  # the int16 chunks at 24 kHz that went to the model
-    live: Any = None  # the engine's Live, once closed
+    live: Any = None  # the engine's LiveJob, once closed
     wall_seconds: float = 0.0
     closed: threading.Event = field(default_factory=threading.Event)
     files: Optional[tuple[Path, Path]] = None
@@ -196,15 +196,15 @@ class Conversation:
 
 class Recorder:
     """The Realtime server's observer (RealtimeServer(observer=...)): keeps each conversation's input audio and, once
-    the engine has let go of it, its Live (``result()``); writes them on request."""
+    the engine has let go of it, its LiveJob (``result()``); writes them on request."""
 
     def __init__(self):
-        self.conversations: collections.OrderedDict[str, Conversation] = collections.OrderedDict()
+        self.conversations: collections.OrderedDict[str, RecordedConversation] = collections.OrderedDict()
         self.lock = threading.Lock()
 
     def opened(self, session_id: str) -> None:
         with self.lock:
-            self.conversations[session_id] = Conversation(session_id)  # a restarted session starts again
+            self.conversations[session_id] = RecordedConversation(session_id)  # a restarted session starts again
             self.conversations.move_to_end(session_id)
             while len(self.conversations) > KEEP_CONVERSATIONS:
                 self.conversations.popitem(last=False)
@@ -226,7 +226,7 @@ class Recorder:
             running = [c for c in self.conversations.values() if not c.closed.is_set()]
         return time.monotonic() - running[-1].started if running else None
 
-    def get(self, session_id: str) -> Optional[Conversation]:
+    def get(self, session_id: str) -> Optional[RecordedConversation]:
         with self.lock:
             return self.conversations.get(session_id)
 
@@ -343,7 +343,7 @@ class TalkLive:
         wav, js = conversation.files
         return wav, js, conversation.wall_seconds
 
-    def write_files(self, conversation: Conversation) -> tuple[Path, Path]:
+    def write_files(self, conversation: RecordedConversation) -> tuple[Path, Path]:
         result = conversation.live.result()
         if result is None or not len(result.text_tokens):
             raise SaveError("the conversation had not started: nothing to save")

@@ -6,7 +6,7 @@
 // the held frames are heard in order), so the backlog it leaves is not a slow machine: no check while an exchange is
 // open, and after it the bound is that backlog + the limit, tightening as the backlog drains. A machine that cannot
 // catch up still trips it: its backlog keeps growing past the bound. The terminal's `voicechat live` applies the same
-// rule (voicechat/live.py, LagGuard).
+// rule (voicechat/terminal.py, LagGuard).
 
 export class LagGuard {
   constructor(limitMs) { // the server's bound (/live/status lag_limit_ms: voicechat.config.MAX_LAG_SECONDS)

@@ -1,5 +1,5 @@
 // The Talk live tab (webui/talk.py draws its elements): Start opens the microphone and a WebSocket to the app's own
-// /v1/realtime (OpenAI's GA Realtime events, voicechat/realtime.py), sends the microphone as 24 kHz PCM16 once the
+// /v1/realtime (OpenAI's GA Realtime events, voicechat/realtime/), sends the microphone as 24 kHz PCM16 once the
 // model has read its prompt, and plays the answer as it arrives through the jitter-buffered player. On the page, live:
 // the user's transcript, the assistant's words, the function channel and tool calls, the microphone level and the
 // stats. Stop ends it; Save writes the conversation on the server.

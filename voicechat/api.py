@@ -29,7 +29,7 @@ from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .group import SessionGroup
 from .session import LISTEN_BLOCK_FRAMES, Frame, Session
-from .stt import lm
+from .llm import lm
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
 from .tools import Tool, system_prompt as tool_prompt

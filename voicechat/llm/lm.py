@@ -1,7 +1,7 @@
 """The STT language-model position: fuse the input channels, run Nemotron-H, read the heads (docs/model.md §1.2 C-F).
 
 Functions over a duck-typed ``stt`` object with ``embed_tokens`` (nn.Embedding / nn.QuantizedEmbedding), ``llm``
-(:class:`~voicechat.stt.nemotron_h.NemotronH`), ``lm_head`` and ``function_head`` (None when the checkpoint has none,
+(:class:`~voicechat.llm.nemotron_h.NemotronH`), ``lm_head`` and ``function_head`` (None when the checkpoint has none,
 NeMo 3.0.0's layout); the :class:`~voicechat.config.ModelConfig` (token ids resolved) is passed explicitly.
 Per-session state is an :class:`LMState`. Nothing on the per-position path syncs with the host: the loop
 evaluates a position's logits together with ``state.arrays`` and samples the text channel itself.
@@ -21,7 +21,7 @@ from ..errors import ConfigError
 def _token_id(cfg: ModelConfig, name: str) -> int:
     tid = getattr(cfg, f"{name}_id")
     if tid is None:
-        raise ConfigError(f"the {name} token id is not resolved; build the ModelConfig with config.with_token_ids")
+        raise ConfigError(f"the {name} token id is not resolved; build the ModelConfig with config_formats.with_token_ids")
     return tid
 
 

@@ -29,7 +29,7 @@ from pulse import SPEAKER_RATE, pulse  # noqa: F401  (pulse: the fixture)
 from voicechat.devices import FAST_AHEAD, FileMicrophone, FileSpeaker, JitterBuffer, Ring
 from voicechat.errors import FellBehind
 from voicechat.answer import held_positions, stereo_timeline
-from voicechat.live import LagGuard, TerminalView, tool_lines
+from voicechat.terminal import LagGuard, TerminalView, tool_lines
 from voicechat.result import Result
 from voicechat.tools import ToolCall, ToolEvent
 

@@ -1,0 +1,318 @@
+"""One WebSocket connection: reads client events, feeds audio to the engine's live session, sends what its
+conversation maps the frames to, and closes idle, unread or vanished clients."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import traceback
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from starlette.websockets import WebSocketDisconnect
+
+from ..config import FRAME_SECONDS
+from ..engine import READY, EngineBusy, LiveRequest
+from ..errors import VoiceChatError
+from ..limits import SettingError
+from .conversation import RealtimeConversation
+from .protocol import (RATE, SESSION_PARAMS, ClientEventError, SessionConfig, decode_audio, error_event, event_kind,
+                       event_text, expect, new_id, parse_client_event, voice_json)
+
+if TYPE_CHECKING:
+    from .server import RealtimeServer
+
+log = logging.getLogger("voicechat.realtime")  # one logger for the package
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default): a 15 MiB append fits in it
+# 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
+# connection (docs/live.md §3)
+CLOSE_TRY_AGAIN_LATER = 1013
+CLOSE_POLICY_VIOLATION = 1008  # a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
+LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
+# A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
+# closed once this much of its answer's audio waits unsent (docs/limits.md).
+MAX_BEHIND_SECONDS = 10.0
+CLOSE_NORMAL = 1000
+DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
+               1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
+
+
+class Connection:
+    """A client's conversation: reads client events, feeds audio to the engine's live session, and sends the GA
+    events its frames map to. Three tasks: the reader, the writer (the only one that sends), and the follower of the
+    live session's events (fed by a thread that waits on the engine)."""
+
+    def __init__(self, server: "RealtimeServer", websocket, name: str, frames_event: bool):
+        self.server, self.ws, self.name = server, websocket, name
+        self.config, self.configured = SessionConfig(), False
+        self.conversation = RealtimeConversation(frames_event)
+        self.session_id = new_id("sess")
+        self.live = None  # the engine's live session, once open
+        self.follower: Optional[asyncio.Task] = None
+        self.heard = False  # audio has reached the live session: its instructions, tools and voice are fixed
+        self.appended = False  # audio since the last commit
+        self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
+        self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
+        self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
+        self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
+        self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
+        self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
+
+    async def run(self) -> None:
+        self.emit({"type": "session.created", "session": self.session()})
+        tasks = [asyncio.create_task(self.read()), asyncio.create_task(self.write()),
+                 asyncio.create_task(self.dropped.wait())]
+        watcher = asyncio.create_task(self.watch_idle(self.server.idle_seconds))
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [*tasks, watcher]:
+                task.cancel()
+            self.server.leaving.add(self.name)  # a next client waits for this close instead of getting server_busy
+            await self.close_live()
+            self.server.release(self.name)
+            log.info("%s: closed", self.name)
+            if self.dropped.is_set():  # the close frame waits behind the unread data: the WebSocket library gives
+                # up on it after its close timeout and drops the connection (docs/limits.md §2); the model is free
+                await asyncio.gather(self.ws.close(CLOSE_POLICY_VIOLATION, "not reading"), return_exceptions=True)
+
+    async def watch_idle(self, seconds: float) -> None:
+        """Close the connection (through the writer) once no audio has come for ``seconds``: it would hold the
+        model for nothing. 0: never."""
+        loop = asyncio.get_running_loop()
+        while seconds and ((left := self.idle_since + seconds - loop.time()) > 0 or self.setting_up):
+            await asyncio.sleep(left if left > 0 else seconds)
+        if seconds:
+            self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
+                                                         "that the model is free for others", kind="server_error"), None)
+            self.close(CLOSE_NORMAL, "idle timeout")
+
+    def session(self) -> dict:
+        return self.config.ga(self.session_id, self.server.model_name)
+
+    # ---- sending -----------------------------------------------------------------------------------------------
+    def emit(self, event: dict, seconds: float = 0.0) -> None:
+        """Queue an event carrying ``seconds`` of the answer's audio; a client that lets more than MAX_BEHIND_SECONDS
+        of it wait is dropped."""
+        self.outbox.put_nowait((event_text(event), seconds))
+        self.unsent += seconds
+        if self.unsent > MAX_BEHIND_SECONDS and not self.dropped.is_set():
+            log.warning("%s: closed: the client does not read what the server sends (%.1f s of its answer unsent, "
+                        "the limit is %.0f s)", self.name, self.unsent, MAX_BEHIND_SECONDS)
+            self.dropped.set()
+
+    def emit_all(self, events: Iterable[dict], seconds: float = 0.0) -> None:
+        """Queue events that together carry ``seconds`` of answer audio (counted with the last one)."""
+        events = list(events)
+        for i, event in enumerate(events):
+            self.emit(event, seconds if i == len(events) - 1 else 0.0)
+
+    def reject(self, error: ClientEventError, event_id: Optional[str]) -> None:
+        log.warning("%s: %s: %s", self.name, error.code, error.message)
+        self.emit(error_event(error, event_id))
+
+    def close(self, code: int, reason: str) -> None:
+        """Close after everything already queued has been sent."""
+        self.outbox.put_nowait((code, reason))
+
+    async def write(self) -> None:
+        try:
+            while True:
+                item = await self.outbox.get()
+                if isinstance(item[0], int):
+                    await self.ws.close(*item)
+                    return
+                await self.ws.send_text(item[0])
+                self.unsent -= item[1]
+        except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
+            log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
+        except Exception:  # a bug: the connection ends, and the log says why
+            log.error("%s: the writer failed\n%s", self.name, traceback.format_exc())
+
+    # ---- receiving ---------------------------------------------------------------------------------------------
+    async def read(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                code = message.get("code")
+                log.info("%s: %s (close code %s)", self.name, DISCONNECTS.get(code, "the client went away"), code)
+                return
+            if message.get("text") is None:
+                self.reject(ClientEventError("invalid_json", "binary messages are not events: send JSON text"), None)
+                continue
+            await self.handle(message["text"])
+
+    async def handle(self, text: str) -> None:
+        event_id = None
+        try:
+            event = parse_client_event(text)
+            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            await getattr(self, "on_" + event_kind(event).replace(".", "_"))(event)
+        except ClientEventError as e:
+            self.reject(e, event_id)
+        except Exception as e:  # a bug: report it, keep the connection
+            log.error("%s: internal error\n%s", self.name, traceback.format_exc())
+            self.reject(ClientEventError("internal_error", f"internal error: {type(e).__name__}: {e}",
+                                         kind="server_error"), event_id)
+
+    async def on_session_update(self, event: dict) -> None:
+        new = self.config.updated(event.get("session"))
+        self.server.voice(new.voice)  # a name of the library, or an error listing them
+        if self.live is not None and new.model_inputs != self.config.model_inputs:
+            if self.heard:
+                raise ClientEventError("session_locked", "instructions, tools and voice are fixed once audio has "
+                                                         "started; open a new connection to change them", "session")
+            await self.close_live()  # not heard anything yet: start again with the new prompt
+        previous = self.config, self.configured
+        self.config, self.configured, self.setup_error = new, True, None
+        try:
+            await self.ensure_live(required=False)
+        except ClientEventError:
+            self.config, self.configured = previous
+            raise
+        self.emit({"type": "session.updated", "session": self.session()})
+
+    async def on_input_audio_buffer_append(self, event: dict) -> None:
+        samples = decode_audio(event)
+        if not self.configured:
+            raise ClientEventError("session_not_configured", "send session.update (instructions, tools, voice) "
+                                                             "before audio: the model reads its prompt first", "type")
+        if self.setup_error:
+            raise ClientEventError("session_setup_failed", f"the session could not start: {self.setup_error}; send "
+                                                           "session.update with other settings", "session")
+        if await self.ensure_live(required=True):
+            self.live.send(samples, RATE)  # the session resamples 24 -> 16 kHz with soxr's stream resampler
+            self.idle_since = asyncio.get_running_loop().time()
+            self.heard = self.appended = True
+            self.server.notify("heard", self.session_id, samples)
+
+    async def on_input_audio_buffer_commit(self, event: dict) -> None:
+        if not self.appended:
+            raise ClientEventError("input_audio_buffer_commit_empty", "no audio was appended since the last commit")
+        self.appended = False
+        self.emit_all(self.conversation.commit())
+
+    async def on_input_audio_buffer_clear(self, event: dict) -> None:
+        # full duplex: appended audio goes to the model at once, so there is no buffer to empty
+        self.emit({"type": "input_audio_buffer.cleared"})
+
+    async def on_conversation_item_create(self, event: dict) -> None:
+        item = expect(event.get("item"), dict, "item")
+        if item.get("type") != "function_call_output":
+            raise ClientEventError("invalid_value", "only function_call_output items can be created: the model "
+                                                    "takes speech, not text", "item.type")
+        events = self.conversation.function_output(item)  # checks the call waits: a wrong id would end the session
+        if self.live is None:
+            raise ClientEventError("invalid_value", "the conversation has ended", "item.call_id")
+        self.live.provide_tool_result(item["call_id"], item["output"])
+        self.emit_all(events)
+
+    async def on_response_create(self, event: dict) -> None:
+        # The model decides when it speaks: the request tags the next response the model opens (LiveKit's
+        # generate_reply matches response.created by response.metadata.client_event_id).
+        response = expect(event.get("response", {}), dict, "response")
+        self.conversation.metadata = expect(response.get("metadata", {}), dict, "response.metadata") or None
+
+    async def on_response_cancel(self, event: dict) -> None:
+        response_id = event.get("response_id")
+        if response_id is not None:
+            expect(response_id, str, "response_id")
+        self.emit_all(self.conversation.cancel(response_id))
+
+    async def on_voicechat_voice_list(self, event: dict) -> None:
+        self.emit({"type": "voicechat.voice.list", "voices": self.server.voice_list()})
+
+    async def on_voicechat_voice_add(self, event: dict) -> None:
+        """Extension: a voice made from the event's recording, stored in the library (docs/voices.md)."""
+        if not self.server.voice_add:
+            raise ClientEventError("unsupported_event", "voicechat.voice.add is off on this server: start it with "
+                                                        "--allow-voice-add (and --api-key)", "type")
+        name = expect(event.get("name"), str, "name")
+        samples = decode_audio(event)
+        voice = await asyncio.to_thread(self.server.add_voice, name, samples)
+        log.info("%s: added the voice %s", self.name, voice.name)
+        self.emit({"type": "voicechat.voice.added", "voice": voice_json(voice), "voices": self.server.voice_list()})
+
+    # ---- the engine's live session -----------------------------------------------------------------------------
+    async def ensure_live(self, required: bool) -> bool:
+        """Open the live session if there is none; False when this connection is closing instead (model busy)."""
+        if self.live is not None:
+            return True
+        status = self.server.engine.status()
+        if status.state != READY:
+            if required:
+                raise ClientEventError("model_not_ready", f"{status.message}; send audio again once it is ready",
+                                       kind="server_error")
+            return False
+        try:
+            request = LiveRequest(system_prompt=self.config.instructions, speaker=self.server.voice(self.config.voice),
+                                  tools=self.config.tools)
+            live = self.server.engine.open_live(request, owner=self.name)
+        except EngineBusy as e:
+            self.reject(ClientEventError("server_busy", str(e), kind="server_error"), None)
+            self.close(CLOSE_TRY_AGAIN_LATER, "server busy")
+            return False
+        except SettingError as e:
+            raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
+        except VoiceChatError as e:
+            raise ClientEventError("invalid_value", str(e), "session")
+        self.live, self.heard, self.setting_up = live, False, True
+        self.server.notify("opened", self.session_id)
+        events: asyncio.Queue = asyncio.Queue()
+        threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
+                         name=f"voicechat-realtime-{self.name}").start()
+        self.follower = asyncio.create_task(self.follow(live, events))
+        log.info("%s: live session %s opened", self.name, self.session_id)
+        return True
+
+    async def follow(self, live, events: asyncio.Queue) -> None:
+        """The live session's events -> server events, until it has closed."""
+        started = False
+        while True:
+            event = await events.get()
+            if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
+                self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
+            if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
+                self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
+            elif event.kind == "ready":
+                started = True
+                self.emit({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
+                           "prompt_frames": event.prompt_frames})
+            elif event.kind == "frames":
+                self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
+                              len(event.frames) * FRAME_SECONDS)
+            elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
+                if self.live is live:
+                    self.live, self.follower, self.setup_error = None, None, event.message
+                self.reject(ClientEventError("session_setup_failed", f"the session could not start: {event.message}"
+                                                                     "; send session.update with other settings",
+                                             "session"), None)
+            elif event.kind == "error":
+                log.error("%s: the live session failed: %s", self.name, event.message)
+                self.emit_all(self.conversation.fail(event.message))
+                self.reject(ClientEventError("session_failed", event.message, kind="server_error"), None)
+                self.close(1011, "the live session failed")
+            elif event.kind == "closed":
+                return
+
+    async def close_live(self) -> None:
+        """Stop the live session and wait until the engine has let go of it (the next connection may need it)."""
+        live, follower, self.live, self.follower = self.live, self.follower, None, None
+        if live is None:
+            return
+        live.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(follower), LIVE_CLOSE_SECONDS)
+        except asyncio.TimeoutError:
+            log.error("%s: the engine did not close the live session within %.0f s", self.name, LIVE_CLOSE_SECONDS)
+        self.server.notify("closed", self.session_id, live)
+
+
+def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:
+    """Thread: forward the live session's events (blocking reads) into the connection's event loop."""
+    for event in live:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+        except RuntimeError:  # the event loop has stopped (server shutdown): let the engine go
+            live.close()

@@ -1,0 +1,223 @@
+"""The server: ``GET /v1/realtime`` and ``GET /health`` on one engine (``RealtimeServer``), the FastAPI app, and
+``python -m voicechat serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import JSONResponse
+
+from ..engine import READY
+from ..errors import AudioInputError, VoiceChatError
+from ..limits import DEFAULT_IDLE_SECONDS
+from ..voices import Voice, VoiceError, VoiceLibrary, model_library
+from .connection import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES, Connection
+from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
+
+log = logging.getLogger("voicechat.realtime")  # one logger for the package
+
+PATH = "/v1/realtime"
+HEALTH_PATH = "/health"
+SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
+INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
+
+
+class RealtimeServer:
+    """``GET /v1/realtime`` on one engine: as many live conversations at once as the engine steps together
+    (``engine.max_sessions``), and ``GET /health``. Mount ``router()`` in any FastAPI app
+    (``python -m voicechat serve``, and app.py beside the Gradio page).
+
+    ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
+    ``heard(session_id, samples)`` (each append's int16 samples at 24 kHz, once they went to the model) and
+    ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
+    tab (voicechat/webui/talk.py) saves conversations with it.
+
+    ``voices``: the voice library's folder (None: the checkpoint's voices only); ``voice_add`` lets clients add
+    voices to it (``voicechat.voice.add``), only with an ``api_key``."""
+
+    def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None,
+                 idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None, voice_add: bool = False):
+        if voice_add and not (api_key and voices):
+            raise ServeError("adding voices over the API needs an API key and a voice library folder")
+        self.engine, self.api_key, self.model_name = engine, api_key, model_name
+        self.idle_seconds = idle_seconds  # 0: no idle timeout
+        self.active: list[str] = []  # the connections that hold a conversation
+        self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
+        self.freed = asyncio.Event()  # set once a connection has let go of its conversation
+        self.count = 0
+        self.observer = observer
+        self.voices, self.voice_add = voices, voice_add
+
+    # ---- the voice library (numpy and files only: the model's config and speaker names are plain values) --------
+    def library(self) -> VoiceLibrary:
+        return model_library(self.voices, self.engine.model)
+
+    def voice(self, name: Optional[str]) -> Optional[Voice]:
+        """The library's voice called ``name`` (None: the checkpoint's default); an unknown name (a path is none)
+        is refused with the list of names."""
+        if name is None:
+            return None
+        try:
+            return self.library().get(name)
+        except VoiceError as e:
+            raise ClientEventError("invalid_value", str(e), "session.audio.output.voice")
+
+    def voice_list(self) -> list[dict]:
+        return [voice_json(v) for v in self.library().voices()]
+
+    def add_voice(self, name: str, samples: np.ndarray) -> Voice:
+        """Thread: check, trim and store a recording at the wire rate as a voice."""
+        model = self.engine.model
+        if model is None:
+            raise ClientEventError("model_not_ready", "the model is not loaded yet; add the voice once it is",
+                                   kind="server_error")
+        try:
+            return self.library().add(name, samples, RATE, config=model.config, source="realtime")
+        except VoiceError as e:
+            raise ClientEventError("invalid_value", str(e), "name")
+        except AudioInputError as e:
+            raise ClientEventError("invalid_audio", str(e), "audio")
+
+    def release(self, name: str) -> None:
+        """The connection ``name`` has let go of its conversation: the next one may have its slot."""
+        if name in self.active:
+            self.active.remove(name)
+            self.leaving.discard(name)
+            self.freed.set()
+            self.freed = asyncio.Event()
+
+    def notify(self, what: str, *args) -> None:
+        """Tell the observer (if any) that a live session was ``opened``, ``heard`` audio or ``closed``."""
+        if self.observer is not None:
+            getattr(self.observer, what)(*args)
+
+    def router(self) -> APIRouter:
+        router = APIRouter()
+        router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
+        router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
+        return router
+
+    def health(self) -> JSONResponse:
+        """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
+        the engine's state and the conversations open against the maximum."""
+        status = self.engine.status()
+        ready = status.state == READY
+        body = {"ready": ready, "state": status.state, "sessions": len(self.active),
+                "max_sessions": self.engine.max_sessions}
+        return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
+
+    def authorized(self, websocket) -> bool:
+        """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
+        ``websocket`` may be any Starlette request (app.py's /live/tool asks the same)."""
+        if not self.api_key:
+            return True
+        header = websocket.headers.get("authorization", "")
+        offered = [header[7:]] if header[:7].lower() == "bearer " else []
+        offered += [p[len(INSECURE_KEY_PROTOCOL):] for p in websocket.scope.get("subprotocols", [])
+                    if p.startswith(INSECURE_KEY_PROTOCOL)]
+        return any(hmac.compare_digest(key.encode(), self.api_key.encode()) for key in offered)
+
+    async def serve(self, websocket) -> None:
+        self.count += 1
+        name = f"connection {self.count} from {websocket.client.host if websocket.client else '?'}"
+        if not self.authorized(websocket):
+            log.warning("%s: refused: no valid API key (send Authorization: Bearer KEY)", name)
+            await websocket.close(CLOSE_POLICY_VIOLATION)
+            return
+        await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
+                               else None)
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
+        if len(self.active) >= self.engine.max_sessions:
+            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
+                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
+            await websocket.send_text(event_text(error_event(ClientEventError(
+                "server_busy", f"{len(self.active)} conversation{'s are' if len(self.active) > 1 else ' is'} running "
+                "on this model, its maximum; try again later", kind="server_error"))))
+            await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
+            return
+        self.active.append(name)
+        log.info("%s: open", name)
+        try:
+            query = websocket.query_params.get("voicechat_frames", "")
+            await Connection(self, websocket, name, frames_event=query.lower() in ("1", "true", "yes")).run()
+        finally:
+            self.release(name)
+
+
+def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
+               idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None,
+               voice_add: bool = False) -> FastAPI:
+    app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
+                                      voices=voices, voice_add=voice_add).router())
+    return app
+
+
+class ServeError(VoiceChatError):
+    """The server cannot start (the model failed to load, the port is taken)."""
+
+
+def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None):
+    """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
+    voicechat.group.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
+    ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
+    import tempfile
+    import time
+
+    from .. import engine as eng
+
+    if demo:
+        loader, name = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), "voicechat-demo"
+        print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
+    else:
+        loader, name = eng.hub_model(model, offline=offline), model
+    engine = eng.Engine(loader, name=name, max_sessions=max_sessions).start()
+    while engine.status().state not in (eng.READY, eng.FAILED):
+        time.sleep(0.1)
+    status = engine.status()
+    if status.state == eng.FAILED:
+        engine.close()
+        raise ServeError(status.message)
+    return engine, name
+
+
+def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
+          idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
+          voices: Optional[Path] = None, voice_add: bool = False) -> None:
+    """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
+    import socket
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit it: what the kernel holds for a client that does not read stays small, so
+        # MAX_BEHIND_SECONDS is reached soon after (docs/limits.md §2)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        try:
+            sock.bind((host, port))
+            sock.listen(128)  # from here on connections wait in the backlog until uvicorn takes them
+        except OSError as e:
+            raise ServeError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port") from None
+        if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("listening on %s without --api-key: anyone who can reach it can use the model", host)
+        print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
+              f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
+        app = create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds, voices=voices,
+                         voice_add=voice_add)
+        config = uvicorn.Config(app, log_level="info",
+                                ws_max_size=MAX_MESSAGE_BYTES)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        engine.close()
