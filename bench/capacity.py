@@ -14,7 +14,7 @@ import time
 from voicechat import compute
 import mlx.core as mx
 
-from voicechat.cache import KVCache, capacities
+from voicechat.cache import RowsKV, capacities
 from voicechat.api import WARM_POSITIONS
 from voicechat.benchmarks.workload import stats
 
@@ -22,15 +22,14 @@ from voicechat.benchmarks.workload import stats
 def timed(step, caches, steps: int) -> dict:
     """``step()`` built and evaluated ``steps`` times on the same position (the caches' offsets put back each time),
     after one untimed call (tracing)."""
-    name = lambda c: "offset" if isinstance(c, KVCache) else "offsets"  # noqa: E731  (a group's caches: per row)
-    offsets = [getattr(c, name(c)) for c in caches]
+    offsets = [c.offsets for c in caches]  # a group's caches (voicechat.cache.RowsKV): per row
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
         mx.eval(step())
         times.append(time.perf_counter() - t0)
         for c, offset in zip(caches, offsets):
-            setattr(c, name(c), offset)
+            c.offsets = offset
     return stats(times[1:])
 
 
@@ -46,7 +45,7 @@ def run(model_spec: str, steps: int) -> list[dict]:
         x = mx.zeros((2, 1, backbone.cfg.hidden_size), dtype)
         tts = timed(lambda: [backbone.step(x, tts_caches), [c.arrays() for c in tts_caches]], tts_caches, steps)
         llm_cache = llm.cache_at(capacity)
-        kv = [c for c in llm_cache.layers if isinstance(c, KVCache)]
+        kv = [c for c in llm_cache.layers if isinstance(c, RowsKV)]
         h = mx.zeros((1, 1, llm.cfg.hidden_size), dtype)
         lm = timed(lambda: [llm.decode(h, llm_cache), llm_cache.state], kv, steps)
         rows.append({"capacity": capacity, "tts_backbone": tts, "llm_decode": lm})

@@ -1,8 +1,9 @@
-"""Where a start's time goes: ``python -m bench.cold_start M [--frames 25] [--json out.json]``.
+"""Where a start's time goes: ``python -m bench.cold_start M [--frames 25] [--sessions N] [--json out.json]``.
 
 In one fresh process, as ``voicechat.load`` and a first conversation run them: reading the checkpoint and building
-the model; the warm-up at load (on a GPU: every per-frame function traced and run once, at every cache size, so
-MLX compiles the kernels they need), part by part; a session's setup (system prompt, TTS warm-up); then the first
+the model; the warm-up at load (on a GPU: every per-frame function traced and run once, at every cache size and, with
+``--sessions``, every row count a group of N conversations meets, as a server's ``--max-sessions N - 1`` warms up,
+so MLX compiles the kernels they need), part by part; a session's setup (system prompt, TTS warm-up); then the first
 ``--frames`` x 80 ms fed as a microphone would (the first answer): each feed's time. Also how many files MLX's CUDA
 kernel cache (``MLX_PTX_CACHE_DIR``, voicechat keeps it in ``~/.cache/voicechat/mlx-ptx``) held before and after.
 
@@ -30,18 +31,18 @@ def cached_kernels() -> int:
     return sum(1 for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
 
 
-def run(model_spec: str, frames: int) -> dict:
+def run(model_spec: str, frames: int, sessions: int = 1) -> dict:
     from voicechat.api import Model
     from voicechat.model import load_parts
     from voicechat.session import Session
 
     out = {"model": model_spec, "device": str(mx.default_device()), "mlx": mx.__version__,
-           "compiled": compute.compile_enabled(), "cached_kernels_before": cached_kernels()}
+           "compiled": compute.compile_enabled(), "sessions": sessions, "cached_kernels_before": cached_kernels()}
     t0 = time.perf_counter()
     model = Model(*load_parts(model_spec))
     mx.eval(model.net.parameters())
     out["read_and_build_s"] = time.perf_counter() - t0
-    out["warm_up_s"] = model.warm_up() if compute.compile_enabled() else {}
+    out["warm_up_s"] = model.warm_up(sessions=sessions) if compute.compile_enabled() else {}
     t0 = time.perf_counter()
     session = Session(model, PROMPT, script=speech_script(model, model.prompt_length(PROMPT)))
     out["session_setup_s"] = time.perf_counter() - t0
@@ -58,7 +59,8 @@ def run(model_spec: str, frames: int) -> dict:
 
 
 def print_report(r: dict) -> None:
-    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  compiled {r['compiled']}  kernel cache files "
+    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  compiled {r['compiled']}  warm-up for "
+          f"{r['sessions']} conversation{'s' if r['sessions'] > 1 else ''}  kernel cache files "
           f"{r['cached_kernels_before']} before, {r['cached_kernels_after']} after")
     warm, a = r["warm_up_s"], r["first_answer"]
     start = r["read_and_build_s"] + sum(warm.values()) + r["session_setup_s"]
@@ -76,9 +78,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
     p.add_argument("--frames", type=int, default=25, help="80 ms feeds of the first answer (default 25)")
+    p.add_argument("--sessions", type=int, default=1,
+                   help="the warm-up of a group of this many conversations (default 1: what load does)")
     p.add_argument("--json")
     args = p.parse_args()
-    r = run(args.model, args.frames)
+    if args.sessions < 1:
+        p.error(f"--sessions must be at least 1, got {args.sessions}")
+    r = run(args.model, args.frames, args.sessions)
     print_report(r)
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))

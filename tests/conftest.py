@@ -5,6 +5,7 @@ from pathlib import Path
 import voicechat  # noqa: F401  (first, so that its BLAS preload comes before any test module imports mlx)
 import mlx.core as mx
 import numpy as np
+import pytest
 
 TESTS = Path(__file__).parent
 NEMO = TESTS / "fixtures" / "nemo"
@@ -33,6 +34,25 @@ class ReplayNoise:
         assert kinds == ("gumbel", "normal") * n, "NeMo draws a Gumbel, then a normal, per iteration"
         return (mx.array(np.stack(values[0::2])).reshape(n, 1, components),
                 mx.array(np.stack(values[1::2])).reshape(n, 1, latent))
+
+
+@pytest.fixture
+def traces(monkeypatch) -> list:
+    """Compilation on (as on a GPU), and every trace of a compiled function from now on, in order: the functions
+    ``mx.compile`` traced (it runs the Python function only to trace it, at each new input shape). Load a fresh
+    model after it: its compiled functions are made then."""
+    monkeypatch.setenv("VOICECHAT_COMPILE", "1")
+    traced = []
+    compile_ = mx.compile
+
+    def counting_compile(fn):
+        def traced_fn(*args):
+            traced.append(fn)
+            return fn(*args)
+        return compile_(traced_fn)
+
+    monkeypatch.setattr(mx, "compile", counting_compile)
+    return traced
 
 
 def pytest_collection_modifyitems(items):

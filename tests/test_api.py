@@ -224,24 +224,13 @@ def test_sampled_text_is_reproducible_and_seeded():
     assert np.array_equal(a.text_tokens, b.text_tokens) and not np.array_equal(a.text_tokens, c.text_tokens)
 
 
-def test_the_load_traces_every_per_frame_function_a_conversation_needs(monkeypatch):
+def test_the_load_traces_every_per_frame_function_a_conversation_needs(traces):
     """With compilation on (a GPU), ``load`` warms every per-frame function up, so a first conversation traces
     nothing: a session fed 80 ms at a time as a microphone feeds it, past its caches' first growth; one whose first
     chunk ends inside a frame (a client's buffered burst); the offline loop, whose frames after the recording follow
     a recording of any length. A trace in a live frame is a stall of the conversation."""
-    monkeypatch.setenv("VOICECHAT_COMPILE", "1")
-    traced = []
-    compile_ = mx.compile
-
-    def counting_compile(fn):
-        def traced_fn(*args):  # run by mx.compile only when it traces
-            traced.append(fn)
-            return fn(*args)
-        return compile_(traced_fn)
-
-    monkeypatch.setattr(mx, "compile", counting_compile)
     m = voicechat.load(NEMO / "tiny_model_aria")  # a fresh model: its compiled functions are made at this load
-    at_load = len(traced)
+    at_load = len(traces)
     x = sf.read(HARNESS_WAV, dtype="float32")[0]
     x = np.concatenate([x] * (-(-300 * 1280 // len(x))))  # past the caches' first growth (256 positions)
     s = m.session(PROMPT, seed=0)
@@ -252,7 +241,7 @@ def test_the_load_traces_every_per_frame_function_a_conversation_needs(monkeypat
         burst.feed(chunk, 16000)
     m.generate(HARNESS_WAV, system_prompt=PROMPT)
     assert at_load > 0 and s.position > 300 and burst.position > burst.prompt_frames + 15
-    assert [getattr(f, "__qualname__", f) for f in traced[at_load:]] == []
+    assert [getattr(f, "__qualname__", f) for f in traces[at_load:]] == []
 
 
 @pytest.mark.parametrize("run", ["sampled_aria", "v2_greedy_aria"])

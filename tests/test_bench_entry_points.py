@@ -63,6 +63,37 @@ def test_lab_benchmark_runs_on_the_tiny_model(args, says):
     assert says in run("-m", *args)
 
 
+def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
+    """``bench.rows``: at each row count every part of the group's tick (the RNNT's first joints too, on a checkpoint
+    with a transcript head) with its graph nodes and the whole tick, then the 4-bit product probe at each of the LLM's
+    shapes and row counts; a row count below 1 is a usage error."""
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+
+    out = run("-m", "bench.rows", "--model", write_tiny_checkpoint(tmp_path / "model", seed=1), "--rows", "1,3",
+              "--runs", 2, "--qmm", "--json", tmp_path / "r.json")
+    assert "whole tick" in out and "4-bit ms" in out
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert [row["rows"] for row in r["rows"]] == [1, 3]
+    for row in r["rows"]:
+        assert set(row["parts"]) == {"encoder", "rnnt first joints", "llm decode", "text sampling", "tts backbone",
+                                     "tts codes", "codec"}
+        assert all(p["n"] == 2 and p["p50"] > 0 and p["nodes"] > 0 for p in row["parts"].values())
+        assert row["tick"]["n"] == 2 and row["tick"]["p50"] > 0
+    assert {q["m"] for q in r["qmm"]} == {1, 2, 4, 8, 16, 32, 64}
+    assert all(q["qmm_ms"] > 0 and q["bf16_ms"] > 0 for q in r["qmm"])
+    bad = subprocess.run([sys.executable, "-m", "bench.rows", "--model", "x", "--rows", "0"], capture_output=True,
+                         text=True, cwd=REPO)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr
+
+
+def test_group_exactness_benchmark_compares_each_conversation(tmp_path):
+    out = run("-m", "bench.group_exactness", "--model", TINY, "--sessions", 3, "--frames", 6, "--json", tmp_path / "e.json")
+    assert "max |encoder|" in out
+    r = json.loads((tmp_path / "e.json").read_text())
+    assert [c["seed"] for c in r["conversations"]] == [0, 1, 2]
+    assert all(c["positions"] > 6 and c["max_samples_difference"] is not None for c in r["conversations"])
+
+
 def test_echo_benchmark_measures_the_canceller():
     pytest.importorskip("livekit", reason="bench.echo measures WebRTC's canceller from the livekit package")
     assert "per 80 ms" in run("-m", "bench.echo", "--seconds", 3)

@@ -55,3 +55,24 @@ def test_cold_start_counts_the_kernel_cache_files_wherever_mlx_keeps_them(monkey
     for name in ("a.ptx", "sub/b.ptx", "sub/c.cubin"):
         (tmp_path / "ptx" / name).write_bytes(b"x")
     assert cold_start.cached_kernels() == 3
+
+
+def test_group_exactness_finds_where_two_conversations_part_and_the_margin_there():
+    """``bench.group_exactness``'s comparison: a conversation against itself run again is identical everywhere
+    (zero differences); against another seed's and prompt's, the first differing id is found where the ids part, with
+    the run alone's top-2 margin there (the logits the tick's LLM step built)."""
+    from bench import group_exactness as ge
+
+    m = tiny()
+    x = bench_input(ge.OFFSET + 12)
+    a, again, other = ge.run_alone(m, 0, x, 12), ge.run_alone(m, 0, x, 12), ge.run_alone(m, 1, x, 12)
+    same = ge.compare(a, again)
+    assert same["ids_identical"] and same["codes_identical"] and same["top2_margin_there"] is None
+    assert same["max_samples_difference"] == 0 and same["max_encoder_difference"] == 0
+    assert len(a.margins) == len(a.frames) - a.prompt_frames  # a margin at every position past the prompt
+    ids = [[(f.text_id, f.function_id) for f in s.frames] for s in (a, other)]
+    part = next(t for t, (p, q) in enumerate(zip(*ids)) if p != q)
+    differ = ge.compare(a, other)
+    assert not differ["ids_identical"] and differ["ids_first_difference"] == part
+    head = 0 if ids[0][part][0] != ids[1][part][0] else 1
+    assert differ["top2_margin_there"] == other.margins[part][head] >= 0

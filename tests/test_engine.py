@@ -763,6 +763,33 @@ def test_live_conversations_and_a_recording_step_together_each_as_alone(demo_dir
         assert eng.ERROR not in [e.kind for e in evs]
 
 
+def test_an_engine_for_many_conversations_warms_every_row_count_up(demo_dir, traces):
+    """With compiled per-frame functions (a GPU), an engine of ``max_sessions=2`` warms up, before it is ready, every
+    row count its group meets (two live conversations and a recording: rows 1, 2, 3), so conversations joining it
+    afterwards trace nothing while the others talk."""
+    import soundfile as sf
+
+    x, _ = sf.read(QUESTION, dtype="float32")
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo", max_sessions=2).start()
+    try:
+        wait_until(lambda: engine.status().state == eng.READY, timeout=300)
+        ready = len(traces)
+        lives = [engine.open_live(eng.LiveRequest(system_prompt=p, seed=i)) for i, p in enumerate(["Be brief.", ""])]
+        assert all(live_events(live, until=eng.READY)[-1].kind == eng.READY for live in lives)
+        job = engine.submit(eng.Request(x[:16000], 16000, system_prompt="Hi.", seed=5))
+        for i in range(12):
+            for live in lives:
+                live.send(x[1280 * i:1280 * (i + 1)], 16000)
+        for live in lives:
+            live.flush()
+        assert [e for e in job if e.terminal][-1].kind == eng.DONE
+        events = [live_events(live) for live in lives]
+    finally:
+        engine.close()
+    assert all(sum(len(e.frames) for e in evs if e.kind == eng.FRAMES) > 12 for evs in events)
+    assert ready > 0 and [getattr(f, "__qualname__", f) for f in traces[ready:]] == []
+
+
 def test_the_recording_rows_are_at_least_one():
     with pytest.raises(ConfigError, match="max_recordings must be at least 1, got 0"):
         eng.Engine(loader_for(ScriptedModel()), name="scripted", max_recordings=0)

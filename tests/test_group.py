@@ -225,6 +225,46 @@ def test_a_group_with_transcripts(tmp_path):
     assert all(s.rnnt_state.tokens for s in grouped)
 
 
+def talk_in_turn(m, prompts: list[str], frames: int) -> list[Session]:
+    """Conversations of one group joining one by one (every few ticks, so the rows grow 1, 2, 4 ...), each fed
+    ``frames`` x 80 ms of the harness question, one push per tick."""
+    group = m.sessions(len(prompts))
+    x = recording()
+    sessions, fed = [], []
+    for tick in range(frames + 3 * len(prompts)):
+        if tick % 3 == 0 and len(sessions) < len(prompts):
+            sessions.append(group.session(prompts[len(sessions)], seed=len(sessions)))
+            fed.append(0)
+        for i, s in enumerate(sessions):
+            if fed[i] < frames:
+                s.push(x[1280 * fed[i]:1280 * (fed[i] + 1)], RATE)
+                fed[i] += 1
+        group.step()
+    for s in sessions:
+        s.flush()
+    return sessions
+
+
+def test_a_group_warmed_up_for_its_rows_traces_nothing_when_they_grow(traces):
+    """``Model.warm_up(sessions=N)`` (the engine's, with compiled per-frame functions as on a GPU) traces each
+    per-frame function at every row count a group of N meets; conversations joining one by one afterwards, past
+    their prompts to speech and the codec, trace nothing new. Warmed for one row only (``load``), the same
+    conversations trace the LLM, the TTS, the codec and the perception again at each new row count."""
+    prompts, frames = ["You are a helpful assistant.", "", "Be brief.", "Hi."], 12  # rows 1, 2, 4
+    cold = voicechat.load(NEMO / "tiny_model_aria")  # fresh: its compiled functions are made at this load
+    at_load = len(traces)
+    sessions = talk_in_turn(cold, prompts, frames)
+    assert all(s.position > s.prompt_frames + frames // 2 and s.decoded for s in sessions)
+    met = {getattr(f, "__name__", "") for f in traces[at_load:]}
+    assert {"run_decode", "run_step", "_stream_frame", "_decode_frame"} <= met, met
+    warm = voicechat.load(NEMO / "tiny_model_aria")
+    warm.warm_up(sessions=len(prompts))
+    warmed = len(traces)
+    sessions = talk_in_turn(warm, prompts, frames)
+    assert all(s.position > s.prompt_frames + frames // 2 and s.decoded for s in sessions)
+    assert [getattr(f, "__qualname__", f) for f in traces[warmed:]] == []
+
+
 def test_a_full_group_refuses_a_conversation_and_a_freed_row_takes_the_next():
     m = model("tiny_model")
     group = m.sessions(2)

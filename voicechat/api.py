@@ -27,7 +27,7 @@ from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
-from .group import SessionGroup
+from .group import SessionGroup, row_counts
 from .session import LISTEN_BLOCK_FRAMES, Frame, Session
 from .llm import lm
 from .stt.perception import timeline_frames
@@ -191,27 +191,48 @@ class Model:
         finally:
             session.close()  # also when the progress callback stopped the run
 
-    def warm_up(self, positions: int = WARM_POSITIONS) -> dict[str, float]:
-        """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches, so that
-        tracing and the GPU's kernel compilation happen now rather than in the first answer or at a cache's growth
-        (GPU only: on a CPU nothing is compiled). Returns the seconds each part took."""
+    def warm_up(self, positions: int = WARM_POSITIONS, sessions: int = 1) -> dict[str, float]:
+        """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches and every
+        row count a group of ``sessions`` conversations meets as they join (``group.row_counts``: a handful, since
+        the rows double), so that tracing and the GPU's kernel compilation happen now rather than in the first
+        answer, at a cache's growth or at a join (GPU only: on a CPU nothing is compiled). Returns the seconds each
+        part took."""
         seconds, t0 = {}, time.perf_counter()
-        session = Session(self, "warm up")
-        frame = np.zeros(self.config.samples_per_input_frame, np.float32)
-        for _ in range(WARM_FRAMES):  # 80 ms at a time, as a live session is fed: its steady frame is traced too
-            session.feed(frame, self.config.input_sample_rate)
+        counts = row_counts(sessions)
+        group = self._warm_ticks(counts)
         seconds["session frames"], t0 = time.perf_counter() - t0, time.perf_counter()
         for length in WARM_PROMPT_POSITIONS:
             state = lm.LMState(self.net.stt_model, self.config)
             prompt = mx.full((1, length), self.config.pad_id)
             mx.eval(lm.prefill(self.net.stt_model, self.config, state, prompt), state.arrays)
         seconds["prompt prefills"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.stt_model.llm.warm_up(capacities(positions))
+        for rows in counts:
+            self.net.stt_model.llm.warm_up(capacities(positions), rows)
         seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
-        self.net.tts_model.tts_model.backbone.warm_up(capacities(positions),
-                                                      session.group.tts_state.caches[0].keys.dtype)
+        dtype = group.tts_state.caches[0].keys.dtype
+        for rows in counts:  # each conversation's two guidance rows
+            self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), dtype, 2 * rows)
         seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0
         return seconds
+
+    def _warm_ticks(self, counts: list[int]) -> SessionGroup:
+        """Ticks of a group at each row count of ``counts``: conversations join until it holds that many rows, then
+        each is fed WARM_FRAMES x 80 ms, as a live one is (its first frame alone, then steady frames with the others;
+        a joining one's prompt beside them) -> the group, its conversations closed."""
+        group = self.sessions(counts[-1])
+        frame = np.zeros(self.config.samples_per_input_frame, np.float32)
+        opened = []
+        for rows in counts:
+            while group.rows < rows:
+                opened.append(group.session("warm up"))
+            for _ in range(WARM_FRAMES):
+                for session in opened:
+                    session.push(frame, self.config.input_sample_rate)
+                while any(session._ready() for session in opened):
+                    group.step()
+        for session in opened:
+            session.close()
+        return group
 
     def prompt_length(self, system_prompt: str) -> int:
         """Timeline positions of a system prompt: [bos] + its tokens + [eos] (docs/model.md §1.2 C), none without one."""

@@ -577,10 +577,18 @@ class Engine:
             return {}
 
     def _load(self) -> None:
+        from .compute import compile_enabled
+        from .group import fitting_sessions
+
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
         try:
             model = self._load_model(download_bar(self.name, self._set_status))
+            if self._fit_sessions:
+                self.max_sessions = fitting_sessions(model)
+            rows = self.max_sessions + self.max_recordings  # the group's (Engine._group)
+            if compile_enabled() and rows > 2:  # load warmed one row up; the group meets more at joins
+                model.warm_up(sessions=rows)
         except VoiceChatError as e:
             self._set_status(EngineStatus(FAILED, str(e)))
             return
@@ -589,10 +597,6 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
-        if self._fit_sessions:
-            from .group import fitting_sessions
-
-            self.max_sessions = fitting_sessions(model)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,

@@ -146,6 +146,21 @@ def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
     return n
 
 
+def grown_rows(rows: int, row: int, most: int) -> int:
+    """The rows a group of ``rows`` (at most ``most``) holds once a conversation takes row ``row``: they double, so
+    each network meets a handful of row counts."""
+    return rows if row < rows else min(most, max(row + 1, 2 * rows))
+
+
+def row_counts(most: int) -> list[int]:
+    """Every row count a group of at most ``most`` conversations meets as they join (what its warm-up traces)."""
+    counts = [0]
+    for row in range(most):
+        if (rows := grown_rows(counts[-1], row, most)) != counts[-1]:
+            counts.append(rows)
+    return counts[1:]
+
+
 def column(values, dtype=mx.float32) -> mx.array:
     return mx.array(np.asarray(values), dtype).reshape(-1, 1)
 
@@ -206,7 +221,7 @@ class SessionGroup:
         """Give ``session`` a row: its prompt's LLM state, its TTS warm-up caches and key, a fresh codec stream,
         pad ids. Runs between ticks (evaluated here)."""
         row = self._free_row()
-        rows = self.rows if row < self.rows else min(self.max_sessions, max(row + 1, 2 * self.rows))
+        rows = grown_rows(self.rows, row, self.max_sessions)
         self._check_memory(rows)
         if rows > self.rows:
             self._grow(rows)
@@ -253,8 +268,7 @@ class SessionGroup:
         session.row = None
 
     def _grow(self, rows: int) -> None:
-        """Room for ``rows`` conversations: every batched state padded with fresh rows (they double, so each network
-        meets a handful of row counts)."""
+        """Room for ``rows`` conversations (:func:`grown_rows`): every batched state padded with fresh rows."""
         self.lm.cache.with_rows(rows)
         for cache in self.tts_state.caches:
             cache.with_rows(2 * rows, 2)
@@ -316,13 +330,13 @@ class SessionGroup:
         rows = [(r, row) for r, row in rows if row is not None]
         if not rows:
             return None
-        clock = TickClock(any(row.session.clock.profile for _, row in rows))
+        clock = self._clock(rows)
         active = np.zeros(self.rows, bool)
         active[[r for r, _ in rows]] = True
         self._perceive(rows, clock)
         ids = self._think(rows, clock)
         ids = self._fixed(rows, ids)
-        heard = self._transcribe(rows)
+        heard = self._transcribe(rows, clock)
         codes, samples = self._speak(rows, active, ids, clock)
         self.prev_ids = compute.kept_where(mx.array(active), ids, self.prev_ids)
         for _, row in rows:
@@ -331,6 +345,10 @@ class SessionGroup:
                  self.prev_ids, self.prev_code, self.seen, self.text_keys, self.tts_keys,
                  *self.hearing.arrays]
         return Tick(rows, ids, codes, samples, heard, state, clock.seconds, started)
+
+    def _clock(self, rows: list) -> "TickClock":
+        """The tick's stage clock: it evaluates and times each stage when a row's session profiles."""
+        return TickClock(any(row.session.clock.profile for _, row in rows))
 
     def _perceive(self, rows: list, clock: "TickClock") -> None:
         """The steady frames of the rows that hear one, in one call for all rows (their mel columns, subsampling and
@@ -346,16 +364,18 @@ class SessionGroup:
             if row.listen is not None:
                 row.audio, row.encoded = row.listen.projected, row.listen.encoded
 
-    def _transcribe(self, rows: list) -> tuple:
+    def _transcribe(self, rows: list, clock: "TickClock") -> tuple:
         """The transcripts' first joint call of the rows that hear a valid encoder frame, in one call (each row's own
         prediction network state; docs/model.md §1.2 J) -> (their indices in ``rows``, enc(f) [n, J], ids [n])."""
         hearing = [i for i, (_, row) in enumerate(rows)
                    if row.session.rnnt is not None and row.valid and row.encoded is not None]
         if not hearing:
             return ()
+        t0 = time.perf_counter()
         sessions = [rows[i][1].session for i in hearing]
         projected, ids = sessions[0].rnnt.first_joints([s.rnnt_state for s in sessions],
                                                        mx.stack([rows[i][1].encoded for i in hearing]))
+        clock.stage("rnnt first joints", t0, projected, ids)
         for i, s in zip(hearing, sessions):
             rows[i][1].built_on = len(s.rnnt_state.tokens)
         return hearing, projected, ids
@@ -375,6 +395,7 @@ class SessionGroup:
         has_func = self.stt.function_head is not None
         text, func = lm.step(self.stt, c, self.lm, audio, self.prev_ids[:, 0],
                              self.prev_ids[:, 1] if has_func else None, active=think)
+        t1 = clock.stage("llm decode", t0, text, *([func] if func is not None else []), *self.lm.arrays)
         best_text = mx.argmax(text, axis=-1).astype(mx.int32)
         gens = [self.members[r].gen if think[r] else thinking[0][1].session.gen for r in range(self.rows)]
         temperature = column([g.text_temperature for g in gens])
@@ -393,7 +414,8 @@ class SessionGroup:
             text_id[:, None] == self.special_ids[None], axis=-1, keepdims=True)
         self.seen = compute.kept_where(mx.array(think), self.seen | new, self.seen)
         ids = compute.kept_where(mx.array(think), mx.stack([text_id, func_id], axis=1), pad)
-        clock.stage("llm", t0, ids, *self.lm.arrays)
+        clock.stage("text sampling", t1, ids, self.seen, self.text_keys)
+        clock.stage("llm", t0)
         return ids
 
     def _row_audio(self, thinking: list) -> mx.array:
@@ -438,12 +460,14 @@ class SessionGroup:
                 prev = mx.where(((text_id == c.eos_id) & speaking)[:, None], self.silence[None], prev)
             model = self.tts.tts_model
             hidden = model.step_hidden(self.tts_state, prev, text_id, active=speak)
+            t1 = clock.stage("tts backbone", t0, hidden, *[a for cache in self.tts_state.caches for a in cache.arrays()])
             gumbels, normals = self._draws(rows, speak)
             first = rows[0][1].session.settings
             settings = [self.members[r].settings if speak[r] else first for r in range(self.rows)]
             codes = model.generate_rows(hidden, gumbels, normals, settings)
             self.prev_code = compute.kept_where(speaking, codes, prev)
-            clock.stage("tts", t0, codes, *[a for cache in self.tts_state.caches for a in cache.arrays()])
+            clock.stage("tts codes", t1, codes, self.prev_code, self.tts_keys)
+            clock.stage("tts", t0)
         if decode.any():
             t0 = time.perf_counter()
             frame = self.frame0 if codes is None else compute.kept_where(mx.array(speak), codes, self.frame0)
@@ -486,13 +510,20 @@ class SessionGroup:
 
 
 class TickClock:
-    """Wall seconds per stage of a tick, when a row's session profiles (each stage then evaluated on its own)."""
+    """Wall seconds per stage of a tick, when a row's session profiles (each stage then evaluated on its own): the
+    networks ("encoder", "rnnt first joints", "llm", "tts", "codec") and the parts of two of them ("llm decode" and
+    "text sampling" make up "llm"; "tts backbone" and "tts codes" make up "tts")."""
 
     def __init__(self, profile: bool):
         self.profile = profile
         self.seconds: dict[str, float] = {}
 
-    def stage(self, name: str, t0: float, *arrays) -> None:
-        if self.profile:
-            mx.eval(*arrays)
-            self.seconds[name] = time.perf_counter() - t0
+    def stage(self, name: str, t0: float, *arrays) -> float:
+        """The stage that began at ``t0`` ends once ``arrays`` are evaluated; -> when it ended (the next part's
+        start), or ``t0`` unprofiled."""
+        if not self.profile:
+            return t0
+        mx.eval(*arrays)
+        now = time.perf_counter()
+        self.seconds[name] = now - t0
+        return now

@@ -391,20 +391,22 @@ class NemotronH(nn.Module):
                 c.advance(active)
         return x
 
-    def warm_up(self, capacities: list[int]) -> None:
-        """One decode step at each attention-cache capacity (zero state, evaluated): traced and compiled ahead."""
-        x = mx.zeros((1, 1, self.cfg.hidden_size), compute.speech_dtype())
+    def warm_up(self, capacities: list[int], rows: int = 1) -> None:
+        """One decode step of ``rows`` conversations at each attention-cache capacity (zero state, evaluated): traced
+        and compiled ahead."""
+        x = mx.zeros((rows, 1, self.cfg.hidden_size), compute.speech_dtype())
         for capacity in capacities:
-            cache = self.cache_at(capacity)
+            cache = self.cache_at(capacity, rows)
             mx.eval(self.decode(x, cache), cache.state)
 
-    def cache_at(self, capacity: int) -> LLMCache:
-        """A zero state whose next decode step meets attention buffers of ``capacity`` slots."""
-        cache, dtype = self.make_cache(), compute.speech_dtype()
+    def cache_at(self, capacity: int, rows: int = 1) -> LLMCache:
+        """A zero state of ``rows`` conversations (a group's) whose next decode step meets attention buffers of
+        ``capacity`` slots."""
+        cache, dtype = self.make_cache(rows), compute.speech_dtype()
         for c in cache.layers:
-            if isinstance(c, KVCache):
-                c.keys = c.values = mx.zeros((1, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
-                c.offset = capacity - 1
+            if isinstance(c, RowsKV):
+                c.keys = c.values = mx.zeros((rows, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
+                c.offsets = np.full(rows, capacity - 1)
         return cache
 
     def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:

@@ -1,0 +1,220 @@
+"""Each network's part of a group's steady tick at R rows: ``python -m bench.rows --model M [--rows 1,8,32]
+[--runs 30] [--qmm] [--json F]``.
+
+For each R, a :class:`~voicechat.group.SessionGroup` of R conversations on the ``speech`` workload
+(voicechat/benchmarks/sessions.py's prompts of different lengths, each its own seed), ticked until every one is past
+its prompt. Then ``--runs`` whole ticks (each conversation's 80 ms pushed, one ``group.step()``: build, evaluation and
+the host's reading), and ``--runs`` profiled ticks: the group's own tick with each part evaluated on its own as it
+is built (``TickClock``: perception's steady frame over R rows, the RNNT's first joint calls, the LLM decode with
+both heads, the text sampling, the TTS backbone step over 2R rows, the MoG code generation, the codec decoder's
+frame over R rows), so the parts are the tick's own calls, not a copy of them. Prints median and p90 ms of each and
+the graph nodes of each part (of the first profiled tick; each part's inputs evaluated before it).
+
+``--qmm``: then ``mx.quantized_matmul`` (4-bit, group 64, bf16) at each of the LLM's matrix shapes (its Linear
+layers as the checkpoint's config builds them) for M = 1 .. 64 rows, against the same product with the weights
+dequantized to bf16 (a plain matmul): ms per product, ``QMM_LAYERS`` distinct matrices per evaluation so that no
+weight is read from a cache another product filled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import mlx.core as mx
+import mlx.nn as nn
+
+from voicechat import load
+from voicechat.benchmarks import count_ops
+from voicechat.benchmarks.frame import speech_script
+from voicechat.benchmarks.sessions import PROMPTS, session_counts
+from voicechat.benchmarks.workload import FRAME, RATE, bench_input
+from voicechat import group as group_module
+from voicechat.errors import SessionsFull
+from voicechat.group import SessionGroup, TickClock
+
+PARTS = ("encoder", "rnnt first joints", "llm decode", "text sampling", "tts backbone", "tts codes", "codec")
+SETTLE = 5  # unmeasured ticks once every conversation is past its prompt
+QMM_ROWS = (1, 2, 4, 8, 16, 32, 64)
+QMM_LAYERS = 8
+
+
+class CountingClock(TickClock):
+    """The tick's clock, which also counts each part's graph nodes (its inputs are evaluated by then)."""
+
+    def __init__(self, profile: bool, nodes: dict | None):
+        super().__init__(profile)
+        self.nodes = nodes
+
+    def stage(self, name: str, t0: float, *arrays) -> float:
+        if self.profile and self.nodes is not None and arrays:
+            self.nodes[name] = count_ops(*arrays)
+        return super().stage(name, t0, *arrays)
+
+
+class ProfiledGroup(SessionGroup):
+    """A group whose ticks are profiled when ``profiling`` says so, whatever its sessions say."""
+
+    profiling = False
+    nodes: dict | None = None  # an empty dict: the next profiled tick fills it
+    clock: TickClock | None = None  # the last tick's
+
+    def _clock(self, rows: list) -> TickClock:
+        self.clock = CountingClock(self.profiling, self.nodes if self.nodes == {} else None)
+        return self.clock
+
+
+def percentiles(seconds: list[float]) -> dict:
+    ms = np.array(seconds) * 1e3
+    return {"p50": float(np.median(ms)), "p90": float(np.percentile(ms, 90)), "n": len(ms)}
+
+
+def measure_rows(model, r: int, runs: int) -> dict:
+    """R conversations in one group past their prompts; whole ticks, then profiled ticks per part."""
+    from voicechat.session import Session
+
+    group = ProfiledGroup(model, r)
+    sessions = [Session(model, PROMPTS[i % len(PROMPTS)], i, group=group,
+                        script=speech_script(model, model.prompt_length(PROMPTS[i % len(PROMPTS)])))
+                for i in range(r)]
+    step = round(FRAME * RATE)
+    longest = max(s.prompt_frames for s in sessions)
+    x = bench_input(longest + SETTLE + 2 * runs + 2)
+    fed = 0
+
+    def tick() -> float:
+        nonlocal fed
+        t0 = time.perf_counter()
+        for s in sessions:
+            s.push(x[fed * step:(fed + 1) * step], RATE)
+        group.step()
+        fed += 1
+        return time.perf_counter() - t0
+
+    while any(s.prompt_inputs for s in sessions) or fed < longest:
+        tick()
+    for _ in range(SETTLE):
+        tick()
+    whole = [tick() for _ in range(runs)]
+    group.profiling, group.nodes = True, {}
+    parts: dict[str, list[float]] = {}
+    for _ in range(runs):
+        tick()
+        for name, took in group.clock.seconds.items():
+            parts.setdefault(name, []).append(took)
+    for s in sessions:
+        s.close()
+    return {"rows": r, "group_rows": group.rows, "tick": percentiles(whole),
+            "parts": {name: {**percentiles(parts[name]), "nodes": group.nodes.get(name, 0)}
+                      for name in PARTS if name in parts}}
+
+
+def llm_shapes(model) -> dict[tuple[int, int], int]:
+    """(out, in) of each Linear of the LLM as the config builds it -> how many layers have it."""
+    shapes: dict[tuple[int, int], int] = {}
+    for _, m in model.net.stt_model.llm.named_modules():
+        if isinstance(m, nn.QuantizedLinear):
+            shape = (m.weight.shape[0], m.weight.shape[1] * 32 // m.bits)
+        elif isinstance(m, nn.Linear):
+            shape = tuple(m.weight.shape)
+        else:
+            continue
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+def timed(build, runs: int) -> float:
+    for _ in range(3):
+        mx.eval(build())
+    seconds = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        mx.eval(build())
+        seconds.append(time.perf_counter() - t0)
+    return float(np.median(seconds))
+
+
+def qmm_probe(model, runs: int) -> list[dict]:
+    """4-bit quantized products against bf16 ones at the LLM's shapes, per row count (ms per product)."""
+    return [row for (n_out, n_in), layers in sorted(llm_shapes(model).items()) if n_in % 64 == 0  # group 64 needs it
+            for row in qmm_shape(n_out, n_in, layers, runs)]
+
+
+def qmm_shape(n_out: int, n_in: int, layers: int, runs: int) -> list[dict]:
+    k = min(layers, QMM_LAYERS)
+    packed = [mx.quantize(mx.random.normal((n_out, n_in)).astype(mx.bfloat16) * 0.02, group_size=64, bits=4)
+              for _ in range(k)]
+    plain = [mx.dequantize(*p, group_size=64, bits=4).astype(mx.bfloat16) for p in packed]
+    mx.eval(packed, plain)
+    out = []
+    for m in QMM_ROWS:
+        x = mx.random.normal((m, n_in)).astype(mx.bfloat16)
+        mx.eval(x)
+        q = timed(lambda: [mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=4) for p in packed], runs)
+        d = timed(lambda: [x @ w.T for w in plain], runs)
+        out.append({"out": n_out, "in": n_in, "layers": layers, "m": m, "qmm_ms": 1e3 * q / k, "bf16_ms": 1e3 * d / k})
+    return out
+
+
+def print_rows(results: list[dict]) -> None:
+    print(f"{'part':20s}" + "".join(f" {'R=' + str(r['rows']) + ' p50':>11s} {'p90':>7s} {'nodes':>6s}" for r in results))
+    for name in PARTS:
+        if not any(name in r["parts"] for r in results):
+            continue
+        line = f"{name:20s}"
+        for r in results:
+            p = r["parts"].get(name)
+            line += f" {p['p50']:11.2f} {p['p90']:7.2f} {p['nodes']:6d}" if p else f" {'-':>11s} {'-':>7s} {'-':>6s}"
+        print(line)
+    print(f"{'whole tick':20s}" + "".join(f" {r['tick']['p50']:11.2f} {r['tick']['p90']:7.2f} {'':6s}" for r in results),
+          flush=True)
+
+
+def print_qmm(rows: list[dict]) -> None:
+    print(f"{'out x in':>14s} {'layers':>6s} {'M':>3s} {'4-bit ms':>9s} {'bf16 ms':>8s} {'ratio':>6s}")
+    for q in rows:
+        print(f"{q['out']:>6d} x {q['in']:<5d} {q['layers']:6d} {q['m']:3d} {q['qmm_ms']:9.4f} {q['bf16_ms']:8.4f} "
+              f"{q['qmm_ms'] / q['bf16_ms']:6.2f}", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.rows", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--rows", type=session_counts, default=[1, 8, 32], help="row counts (default 1,8,32)")
+    p.add_argument("--runs", type=int, default=30, help="ticks measured per row count (default 30)")
+    p.add_argument("--qmm", action="store_true", help="then the 4-bit against bf16 product probe")
+    p.add_argument("--json", help="write the results here")
+    a = p.parse_args(argv)
+    model = load(a.model)
+    # admission weighs each conversation at the timeline limit (docs/batching.md §4); these hold a few dozen
+    # positions, so the group may take all the free memory, and a row count still refused is reported, not fatal
+    group_module.MEMORY_SHARE = 1.0
+    print(f"model {a.model}  device {mx.default_device()}  mlx {mx.__version__}  {a.runs} runs; ms", flush=True)
+    report = {"model": a.model, "device": str(mx.default_device()), "mlx": mx.__version__, "runs": a.runs,
+              "rows": []}
+    for r in a.rows:  # the table and the JSON so far after each row count (a run cut short keeps them)
+        try:
+            report["rows"].append(measure_rows(model, r, a.runs))
+        except SessionsFull as e:
+            print(f"R={r}: {e}", flush=True)
+            report.setdefault("refused", {})[r] = str(e)
+            continue
+        print_rows(report["rows"])
+        write(a.json, report)
+    if a.qmm:
+        report["qmm"] = qmm_probe(model, a.runs)
+        print_qmm(report["qmm"])
+        write(a.json, report)
+    return 0
+
+
+def write(path, report: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
