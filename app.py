@@ -109,7 +109,8 @@ SHORTCUTS_JS = """
     note = Object.assign(document.createElement('div'), { id: 'vc-shortcut-note', role: 'status' });
     shown[0].after(note);
   }
-  note.textContent = `Run is off${state ? ` (${state.textContent.trim()})` : ''}: press Ctrl+Enter again once it is on.`;
+  const why = state ? ` (${state.textContent.trim()})` : '';
+  note.textContent = `Run is off${why}: press Ctrl+Enter again once it is on.`;
   clearTimeout(note.timer);
   note.timer = setTimeout(() => note.remove(), 4000);
 })
@@ -277,8 +278,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="the Talk live tab's Realtime API (/v1/realtime) and tool route need this key, as "
                         "`voicechat serve --api-key` (default: $VOICECHAT_API_KEY); the tab asks for it")
-    p.add_argument("--max-uploads-mb", type=float, default=UPLOADS_CAP_BYTES / 2 ** 20,
-                   help=f"the uploads kept at most, in MiB; the oldest go first (default {UPLOADS_CAP_BYTES / 2 ** 20:g})")
+    cap_mb = UPLOADS_CAP_BYTES / 2 ** 20
+    p.add_argument("--max-uploads-mb", type=float, default=cap_mb,
+                   help=f"the uploads kept at most, in MiB; the oldest go first (default {cap_mb:g})")
     args = p.parse_args(argv)
     try:
         check_range("max_uploads_mb", "--max-uploads-mb", args.max_uploads_mb, 0.0, low_open=True)

@@ -39,7 +39,8 @@ def load_file(name: str, path: Path):
     return module
 
 
-compute = load_file("voicechat_compute", HERE.parent / "voicechat" / "compute.py")  # preloads the BLAS, then imports mlx
+# preloads the BLAS, then imports mlx
+compute = load_file("voicechat_compute", HERE.parent / "voicechat" / "compute.py")
 workload = load_file("voicechat_workload", HERE.parent / "voicechat" / "benchmarks" / "workload.py")
 
 import mlx.core as mx  # noqa: E402

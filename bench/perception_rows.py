@@ -45,7 +45,8 @@ def measure(perception, n: int, ticks: int, rng) -> dict:
     nodes = {}
     for t in range(1, FILL_TICKS + ticks + 1):
         chunks = [x[t * FRAME_SAMPLES:(t + 1) * FRAME_SAMPLES] for x in audio]
-        for name, tick in (("alone", lambda: alone_tick(alone, chunks)), ("rows", lambda: rows_tick(rows, together, chunks))):
+        for name, tick in (("alone", lambda: alone_tick(alone, chunks)),
+                           ("rows", lambda: rows_tick(rows, together, chunks))):
             t0 = time.perf_counter()
             out = tick()
             if t == FILL_TICKS:
@@ -55,7 +56,8 @@ def measure(perception, n: int, ticks: int, rng) -> dict:
                 seconds[name].append(time.perf_counter() - t0)
     ms = {k: np.array(v) * 1e3 for k, v in seconds.items()}
     return {"sessions": n, **{f"{k}_p50": float(np.median(v)) for k, v in ms.items()},
-            **{f"{k}_p90": float(np.percentile(v, 90)) for k, v in ms.items()}, **{f"{k}_nodes": v for k, v in nodes.items()}}
+            **{f"{k}_p90": float(np.percentile(v, 90)) for k, v in ms.items()},
+            **{f"{k}_nodes": v for k, v in nodes.items()}}
 
 
 def main(argv=None) -> int:
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     perception = load(a.model).net.stt_model.perception
     rng = np.random.default_rng(0)
-    print(f"{'N':>3s} {'alone p50':>10s} {'p90':>7s} {'rows p50':>9s} {'p90':>7s} {'alone nodes':>12s} {'rows nodes':>11s}")
+    print(f"{'N':>3s} {'alone p50':>10s} {'p90':>7s} {'rows p50':>9s} {'p90':>7s} "
+          f"{'alone nodes':>12s} {'rows nodes':>11s}")
     for n in a.sessions:
         r = measure(perception, n, a.ticks, rng)
         print(f"{n:3d} {r['alone_p50']:10.2f} {r['alone_p90']:7.2f} {r['rows_p50']:9.2f} {r['rows_p90']:7.2f} "

@@ -99,7 +99,8 @@ def main() -> None:
         if c.audio.rnnt is not None:
             enc = mx.random.normal((1, c.audio.encoder.d_model)).astype(dtype)
             g, _ = stt.rnnt_decoder.predict(None, None)
-            measure(f"compile={mode} transcript: one joint call", lambda: mx.argmax(stt.rnnt_joint(stt.rnnt_joint.enc(enc), g)))
+            measure(f"compile={mode} transcript: one joint call",
+                    lambda: mx.argmax(stt.rnnt_joint(stt.rnnt_joint.enc(enc), g)))
         session = Session(model, PROMPT, script=speech_script(model, model.prompt_length(PROMPT)))
         frames = iter(range(0, len(x), 1280))
 

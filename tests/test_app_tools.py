@@ -4,8 +4,8 @@ the timeline and in conversation.json; with no tool ticked the request carries n
 
 The app runs on the real tiny model in the engine, launched locally and driven through gradio_client. The tiny
 model's function head writes random ids, so its function channel is scripted through the session's test-only seam
-(``Model._recording(script=...)``, as ``_generate`` in tests/test_tools.py): one call to ``calculate`` a few positions after the
-system prompt, EOTR where the response ends.
+(``Model._recording(script=...)``, as ``_generate`` in tests/test_tools.py): one call to ``calculate`` a few
+positions after the system prompt, EOTR where the response ends.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def drawn_calls(timeline_html: str) -> list[dict]:
 
 def test_the_panel_offers_the_built_in_tools_and_shows_what_the_model_reads():
     assert [value for _, value in record_tab.tool_choices()] == ["get_current_time", "calculate", "convert_units"]
-    assert record_tab.tool_choices()[1][0] == "calculate: Evaluate an arithmetic expression exactly, for any calculation"
+    label = "calculate: Evaluate an arithmetic expression exactly, for any calculation"
+    assert record_tab.tool_choices()[1][0] == label
     for prompt in record_tab.PROMPT_PRESETS.values():  # nothing ticked: the prompt as written (NVIDIA's default too)
         assert record_tab.model_prompt(prompt, []) == prompt
     assert record_tab.model_prompt(PROMPT, ["convert_units", "calculate"]) == system_prompt(PROMPT, BUILTIN_TOOLS[1:])

@@ -35,7 +35,8 @@ def write_with_pyav(path: Path, codec: str, planes: np.ndarray, rate: int, sampl
         frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(planes), format="fltp", layout=layout)
         frame.sample_rate = rate
         ctx = stream.codec_context
-        resampler = av.AudioResampler(format=ctx.format.name, layout=layout, rate=rate, frame_size=ctx.frame_size or None)
+        resampler = av.AudioResampler(format=ctx.format.name, layout=layout, rate=rate,
+                                      frame_size=ctx.frame_size or None)
         for chunk in resampler.resample(frame) + resampler.resample(None):
             for packet in stream.encode(chunk):
                 container.mux(packet)

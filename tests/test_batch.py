@@ -99,7 +99,8 @@ def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones
         assert items[name]["frames"] == record["first_frame"] + len(record["text_tokens"])
         assert items[name]["timeline_seconds"] == round(items[name]["frames"] * FRAME_SECONDS, 3)
     assert (totals["items"], totals["done"], totals["failed"], totals["skipped"]) == (5, 2, 3, 0)
-    assert totals["timeline_seconds"] == round(sum(items[n]["timeline_seconds"] for n in ("question", "more/stereo 48k")), 3)
+    timeline = sum(items[n]["timeline_seconds"] for n in ("question", "more/stereo 48k"))
+    assert totals["timeline_seconds"] == round(timeline, 3)
     assert "5 items: 2 answered, 0 already complete, 3 failed" in p.stdout
     # into a pipe the bar writes a line per item finished
     assert [line.split("]")[1].split("  ")[0] for line in p.stderr.splitlines() if "in flight" in line] == [
@@ -322,29 +323,28 @@ def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_record
 # ----------------------------------------------------------------------------------------------------------------
 # bad usage: one line, exit 2, before the model loads (a missing model would be exit 1)
 # ----------------------------------------------------------------------------------------------------------------
+def manifest(text: str):
+    """Writes the manifest m.jsonl holding ``text`` into a folder, and gives its path."""
+    return lambda p: (p / "m.jsonl").write_text(text) and p / "m.jsonl"
+
+
 @pytest.mark.parametrize("make, options, words", [
     (lambda p: p / "nowhere", [], "nowhere: no such file or folder"),
     (lambda p: (p / "empty").mkdir() or p / "empty", [], "holds no recordings (folder format)"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav"}\n{"audio": \n') and p / "m.jsonl", [],
-     "m.jsonl line 2 is not JSON"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "voice": "x"}\n') and p / "m.jsonl", [],
-     "m.jsonl line 1: unknown key 'voice'"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "seed": "3"}\n') and p / "m.jsonl", [],
-     "m.jsonl line 1: seed must be a whole number"),
-    (lambda p: (p / "m.jsonl").write_text('["a.wav"]\n') and p / "m.jsonl", [], 'give an object with "audio"'),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "seed": -1}\n') and p / "m.jsonl", [],
+    (manifest('{"audio": "a.wav"}\n{"audio": \n'), [], "m.jsonl line 2 is not JSON"),
+    (manifest('{"audio": "a.wav", "voice": "x"}\n'), [], "m.jsonl line 1: unknown key 'voice'"),
+    (manifest('{"audio": "a.wav", "seed": "3"}\n'), [], "m.jsonl line 1: seed must be a whole number"),
+    (manifest('["a.wav"]\n'), [], 'give an object with "audio"'),
+    (manifest('{"audio": "a.wav", "seed": -1}\n'), [],
      "m.jsonl line 1: the seed must be a whole number from 0 to 2^64 - 1 (got -1)"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "extra_seconds": -2}\n') and p / "m.jsonl", [],
+    (manifest('{"audio": "a.wav", "extra_seconds": -2}\n'), [],
      "m.jsonl line 1: extra seconds must be a finite number at least 0"),
     (lambda p: write_question(p / "s" / "q.wav").parent, ["--seed", "-3"], "the seed must be a whole number"),
     (lambda p: (p / "m.jsonl").write_bytes(b"\xff\xfe\x00") and p / "m.jsonl", [], "m.jsonl is not a text file"),
     (lambda p: write_question(p / "q.wav"), [], "q.wav is one recording; give a folder or a manifest"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "id": "../up"}\n') and p / "m.jsonl", [],
-     "the id '../up' must be a relative name"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "id": "."}\n') and p / "m.jsonl", [],
-     "the id '.' must be a relative name"),
-    (lambda p: (p / "m.jsonl").write_text('{"audio": "a.wav", "id": "/abs"}\n') and p / "m.jsonl", [],
-     "the id '/abs' must be a relative name"),
+    (manifest('{"audio": "a.wav", "id": "../up"}\n'), [], "the id '../up' must be a relative name"),
+    (manifest('{"audio": "a.wav", "id": "."}\n'), [], "the id '.' must be a relative name"),
+    (manifest('{"audio": "a.wav", "id": "/abs"}\n'), [], "the id '/abs' must be a relative name"),
     (lambda p: write_question(p / "s" / "q.wav") and write_question(p / "s" / "q.flac", subtype="PCM_16").parent,
      [], "two items have the id 'q' (q.flac and q.wav)"),
     (lambda p: write_question(p / "s" / "q.wav").parent, ["--sessions", "0"], "--sessions 0: give 1 or more"),

@@ -83,8 +83,9 @@ def test_seeded_cli_runs_write_identical_bytes(layouts, tmp_path):
 
 def test_reference_mode_on_the_nemo_checkpoint(tmp_path, capsys):
     out = tmp_path / "r.wav"
-    assert main(["generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio", str(out),
-                 "--system-prompt", "You are a helpful assistant.", "--reference", "--quiet"]) == 0
+    assert main(["generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV),
+                 "--output-audio", str(out), "--system-prompt", "You are a helpful assistant.", "--reference",
+                 "--quiet"]) == 0
     assert len(sf.read(out)[0]) == 39 * 1764  # NVIDIA's fixed length: 11 prompt + 28 audio frames
     assert "[user]" not in capsys.readouterr().out  # NeMo 3.0.0 checkpoints have no transcript head
 
@@ -122,7 +123,8 @@ def test_bad_output_path_exits_2_before_the_model_loads(option, value, words, tm
 
 def test_without_output_audio_the_answer_goes_next_to_you(layouts, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--quiet", "--extra-seconds", "0"]
+    args = ["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--quiet",
+            "--extra-seconds", "0"]
     assert main(args) == 0
     first = tmp_path / "question_16k-answer.wav"
     assert f"wrote {first} (" in capsys.readouterr().err and sf.info(first).samplerate == 22050

@@ -1,4 +1,4 @@
-"""Audio codec (docs/model.md §2.6): NeMo parity on the recorded codec calls, streaming, loading, hand-computed pieces."""
+"""Audio codec (docs/model.md §2.6): NeMo parity on the recorded codec calls, streaming, loading, pieces by hand."""
 
 import math
 

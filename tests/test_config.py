@@ -206,7 +206,8 @@ def test_a_key_the_config_leaves_out_means_what_nemo_uses():
 def test_derived_defaults_follow_the_other_fields():
     assert PreprocessorConfig(window_size=0.025).n_fft == 512 and PreprocessorConfig(window_size=0.01).n_fft == 256
     assert EncoderConfig(feat_in=8, n_layers=1, d_model=48).subsampling_conv_channels == 48
-    assert EncoderConfig(feat_in=8, n_layers=1, d_model=48, subsampling_conv_channels=-1).subsampling_conv_channels == 48
+    encoder = EncoderConfig(feat_in=8, n_layers=1, d_model=48, subsampling_conv_channels=-1)
+    assert encoder.subsampling_conv_channels == 48
     assert GemmaConfig(**BACKBONE, layer_types=("full_attention",) * 3).num_key_value_heads == 4
     llm = parse_llm({**NANO_9B_V2_CONFIG, "num_key_value_heads": None, "head_dim": None})
     assert (llm.num_key_value_heads, llm.head_dim) == (40, 4480 // 40)

@@ -2,7 +2,7 @@
 model, driven by the official ``openai`` SDK through Ray's one address.
 
 Ray's processes bind and connect through the machine's network interface even when told 127.0.0.1
-(../shared/reference/SERVING.md §2), so the cluster tests run in a network namespace that holds only loopback, and
+(docs/deploy.md §2), so the cluster tests run in a network namespace that holds only loopback, and
 in a PID namespace of their own: every process the cluster starts ends with it. ``test_the_cluster_...`` makes the
 namespaces and runs this file's cluster tests inside them; outside they skip.
 """

@@ -84,7 +84,7 @@ def test_end_to_end_from_waveform(nemo_run):
 
 
 def test_tensor_length_exceeds_valid_length(nemo_run):
-    """floor(N / 160) = 9 = 1 (mod 8): 10 mel frames -> 3 encoder frames in the tensor, 2 valid (docs/model.md §1.2 B)."""
+    """floor(N / 160) = 9 = 1 (mod 8): 10 mel frames -> 3 encoder frames, 2 valid (docs/model.md §1.2 B)."""
     perception, _ = nemo_run
     audio = mx.array(np.random.default_rng(9).uniform(-0.5, 0.5, (1, 9 * 160 + 37)).astype(np.float32))
     projected, lengths, encoded = perception(audio, mx.array([9 * 160 + 37]))

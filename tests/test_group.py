@@ -71,8 +71,10 @@ class Heard(Session):
 
 
 def same_frames(a: list, b: list, within: float = 0.0) -> bool:
-    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None
-                                                                 and np.abs(x - y).max() <= within) for x, y in zip(a, b))
+    def same(x, y) -> bool:
+        return (x is None and y is None) or (x is not None and y is not None and np.abs(x - y).max() <= within)
+
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 def alone(m, talk: Talk) -> tuple[list, Session]:

@@ -4,8 +4,10 @@ from bench.host_profile import read, shares
 
 RAW = """\
 _run_module_as_main (<frozen runpy>:198);main (voicechat/benchmarks/frame_split.py:78) 5
-main (frame_split.py:78);mlx::core::async_eval (libmlx.so);mlx::core::eval_impl (libmlx.so);mlx::core::Fence::update (libmlx.so);mlx::core::cu::CommandEncoder::commit (libmlx.so) 3
-main (frame_split.py:78);mlx::core::async_eval (libmlx.so);mlx::core::eval_impl (libmlx.so);mlx::core::Matmul::eval_gpu (libmlx.so);cublasLtMatmul (libcublasLt.so.13) 4
+main (frame_split.py:78);mlx::core::async_eval (libmlx.so);mlx::core::eval_impl (libmlx.so);\
+mlx::core::Fence::update (libmlx.so);mlx::core::cu::CommandEncoder::commit (libmlx.so) 3
+main (frame_split.py:78);mlx::core::async_eval (libmlx.so);mlx::core::eval_impl (libmlx.so);\
+mlx::core::Matmul::eval_gpu (libmlx.so);cublasLtMatmul (libcublasLt.so.13) 4
 main (frame_split.py:78);mlx::core::async_eval (libmlx.so);mlx::core::eval_impl (libmlx.so);0x7f00 (libcuda.so.580) 1
 """
 

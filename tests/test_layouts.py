@@ -1,7 +1,7 @@
 """The fourth checkpoint layout (voicechat/layouts.py): folders written by mlx-audio 0.6.2's own converter.
 
 NVIDIA's NeMo checkpoints (tests/fixtures/nemo) are converted at test time by mlx-audio's real converter, run in
-its venv (bench/mlx_audio_convert.py; ../shared/reference/peer-harness/setup.sh builds the venv). The
+its venv (bench/mlx_audio_convert.py; the peer harness's setup.sh builds the venv). The
 converted folder must give back NeMo's tensors, config and outputs. Skipped when that venv is absent: the converted
 tiny folder is 4.6 MB, too large to commit.
 """
@@ -44,8 +44,8 @@ def mlx_audio_python() -> str | None:
 
 PYTHON = mlx_audio_python()
 pytestmark = [pytest.mark.nemo, pytest.mark.skipif(
-    PYTHON is None, reason="mlx-audio 0.6.2's venv is absent (../shared/reference/peer-harness/setup.sh builds it, "
-                           "or set VOICECHAT_MLX_AUDIO_PYTHON): its converter makes the converted folders at test time")]
+    PYTHON is None, reason="mlx-audio 0.6.2's venv is absent (the peer harness's setup.sh builds it, or set "
+                           "VOICECHAT_MLX_AUDIO_PYTHON): its converter makes the converted folders at test time")]
 ARIA = NEMO / "tiny_model_aria"
 RNNT = NEMO / "rnnt"
 PROMPT = "You are a helpful assistant."

@@ -52,7 +52,7 @@ def previous_ids(gen_text: np.ndarray, pad: int) -> np.ndarray:
 
 
 def greedy_timeline(stt, cfg, prompt: mx.array, audio: mx.array) -> list[int]:
-    """docs/model.md §1.2 C-F with argmax: one prompt prefill (its prediction discarded), then one step per audio frame."""
+    """docs/model.md §1.2 C-F with argmax: one prompt prefill (its prediction discarded), then a step per frame."""
     state = lm.LMState(stt, cfg)
     lm.prefill(stt, cfg, state, prompt)
     ids = [cfg.pad_id] * prompt.shape[1]

@@ -1,6 +1,6 @@
 """Optional: the whole loop against NeMo on the peer harness's MEDIUM checkpoint (567 M parameters, the release's
-depths at ~1/4 widths, 2.3 GB; too large to commit). Build it with ../shared/reference/peer-harness/build_medium.py
-and point VOICECHAT_MEDIUM at its output folder (holding nemo_model/ and nemo_greedy/)."""
+depths at ~1/4 widths, 2.3 GB; too large to commit). Build it with the peer harness's build_medium.py and
+point VOICECHAT_MEDIUM at its output folder (holding nemo_model/ and nemo_greedy/)."""
 
 import os
 from pathlib import Path

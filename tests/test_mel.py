@@ -1,4 +1,4 @@
-"""Log-mel frontend (voicechat/stt/mel.py) against NeMo 3.0.0's recorded preprocessor output and the docs/model.md §2.1 math."""
+"""Log-mel frontend (voicechat/stt/mel.py) against NeMo 3.0.0's recorded preprocessor output and docs/model.md §2.1."""
 
 from __future__ import annotations
 

@@ -68,16 +68,13 @@ def test_python_block_runs_on_the_demo_model(block, folder, demo, tmp_path):
 
 def test_the_realtime_block_talks_to_serve(folder, tmp_path):
     [block] = [b for b in PYTHON_BLOCKS if SERVER in b]
-    server = Server(tmp_path)
-    try:
+    with Server(tmp_path) as server:
         script = tmp_path / "client.py"
         script.write_text(block.replace(SERVER, server.base_url))
         (folder / "answer.wav").unlink(missing_ok=True)
         run([sys.executable, script], folder)
         assert (folder / "answer.wav").is_file()
         assert ": open" in server.log_text()  # the client's conversation reached the model
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("command", COMMANDS)

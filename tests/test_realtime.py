@@ -89,19 +89,23 @@ class Server:
         self.proc.wait(30)
         self.out.close()
 
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("serve"), "--max-sessions", "1")  # one conversation at a time
-    yield s
-    s.stop()
+    with Server(tmp_path_factory.mktemp("serve"), "--max-sessions", "1") as s:  # one conversation at a time
+        yield s
 
 
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("serve-key"), "--api-key", "sesame")
-    yield s
-    s.stop()
+    with Server(tmp_path_factory.mktemp("serve-key"), "--api-key", "sesame") as s:
+        yield s
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -453,17 +457,21 @@ def handshake(port: int) -> socket.socket:
     return sock
 
 
-def test_a_client_that_vanishes_mid_frame_frees_the_model(server):
-    port = int(re.search(r":(\d+)/", server.ws_url).group(1))
-    mark = server.mark()
-    sock = handshake(port)
-    # a masked text frame that announces 1000 payload bytes, of which 10 arrive before the socket dies
+def vanish_mid_frame(sock: socket.socket, server: Server, mark: int) -> None:
+    """The client dies mid-frame (a masked text frame that announces 1000 payload bytes, of which 10 arrive, then a
+    reset, no goodbye); the server says so and closes that connection."""
     sock.sendall(bytes([0x81, 0x80 | 126]) + struct.pack(">H", 1000) + os.urandom(4) + b"x" * 10)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no goodbye
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     name = re.match(r".*(connection \d+ from \S+): the client vanished without a close frame",
                     server.wait_for_log("the client vanished without a close frame", mark)).group(1)
     server.wait_for_log(f"{name}: closed", mark)
+
+
+def test_a_client_that_vanishes_mid_frame_frees_the_model(server):
+    port = int(re.search(r":(\d+)/", server.ws_url).group(1))
+    mark = server.mark()
+    vanish_mid_frame(handshake(port), server, mark)
     serves_next_connection(server)
 
 
@@ -631,9 +639,8 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
 @pytest.fixture
 def fresh_server(tmp_path):
     """A server of its own: the memory it measures is not what earlier tests left (15 MiB appends, ...)."""
-    s = Server(tmp_path, "--max-sessions", "1")
-    yield s
-    s.stop()
+    with Server(tmp_path, "--max-sessions", "1") as s:
+        yield s
 
 
 def bad_requests() -> list:
@@ -1003,10 +1010,9 @@ def test_a_voice_is_a_name_of_the_library_never_a_path(server):
 @pytest.fixture(scope="module")
 def voice_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve-voices")
-    s = Server(tmp, "--api-key", "sesame", "--allow-voice-add", "--voices", str(tmp / "voices"))
-    s.voices = tmp / "voices"
-    yield s
-    s.stop()
+    with Server(tmp, "--api-key", "sesame", "--allow-voice-add", "--voices", str(tmp / "voices")) as s:
+        s.voices = tmp / "voices"
+        yield s
 
 
 def test_sdk_adds_a_voice_and_the_conversation_speaks_in_it(voice_server, tiny_model, tmp_path):
@@ -1121,7 +1127,8 @@ def test_lone_surrogates_get_an_error_event_and_the_connection_goes_on(server):
               "session.instructions"),
              ({"type": "session.update", "session": {"type": "realtime", "audio": {"output": {"voice": "\ud83d"}}}},
               "session.audio.output.voice"),
-             ({"type": "session.update", "session": {"type": "realtime", "tools": [{**LOOKUP, "description": "\udfff"}]}},
+             ({"type": "session.update",
+               "session": {"type": "realtime", "tools": [{**LOOKUP, "description": "\udfff"}]}},
               "session.tools[0].description")]
 
     async def scenario():
@@ -1197,9 +1204,8 @@ def test_a_reconnect_right_after_a_clean_close_is_served(server):
 
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("serve-strict"), "--idle-timeout", "2")
-    yield s
-    s.stop()
+    with Server(tmp_path_factory.mktemp("serve-strict"), "--idle-timeout", "2") as s:
+        yield s
 
 
 def test_a_client_that_sends_no_audio_is_closed_after_the_idle_timeout(strict_server):
@@ -1263,9 +1269,8 @@ def test_serve_refuses_a_port_out_of_range_in_one_line():
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server4(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("serve4"), "--max-sessions", "4")
-    yield s
-    s.stop()
+    with Server(tmp_path_factory.mktemp("serve4"), "--max-sessions", "4") as s:
+        yield s
 
 
 def test_health_says_ready_and_the_sessions_open(server4):
@@ -1322,12 +1327,7 @@ def test_four_clients_at_once_each_get_their_solo_conversation(server4, tiny_mod
             with pytest.raises(ConnectionClosed) as closed:
                 await asyncio.wait_for(fifth.recv_bytes(), TIMEOUT)
             assert closed.value.rcvd.code == realtime.CLOSE_TRY_AGAIN_LATER
-        held.sendall(bytes([0x81, 0x80 | 126]) + struct.pack(">H", 1000) + os.urandom(4) + b"x" * 10)
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no goodbye
-        held.close()
-        vanished = re.match(r".*(connection \d+ from \S+): the client vanished without a close frame",
-                            server4.wait_for_log("the client vanished without a close frame", mark)).group(1)
-        server4.wait_for_log(f"{vanished}: closed", mark)
+        vanish_mid_frame(held, server4, mark)
         async with client(server4).realtime.connect(model=MODEL) as next_one:  # its slot is free again
             assert (await receive(next_one))["type"] == "session.created"
         release.set()

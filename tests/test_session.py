@@ -17,8 +17,9 @@ from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, GenerationConfig, TimelineFull
 from voicechat import session as session_module
-from voicechat.session import Session, TextStream
-from voicechat.tokenizer import TextTokenizer
+from voicechat.session import Session
+from voicechat.answer import channel_pieces, make_answer
+from voicechat.tokenizer import TextStream, TextTokenizer
 
 pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
 
@@ -112,6 +113,32 @@ def test_function_channel_and_transcript_match_offline(size, release_model):
     assert "".join(f.transcript for f in s.prompt_output + frames) == r.user_transcript
     assert np.abs(r.audio - offline.audio).max() <= 1e-5
     assert len(set(r.function_tokens.tolist())) > 1  # random weights: the channel really carries ids
+
+
+def test_the_answers_pieces_are_what_the_frames_gave(release_model):
+    """The app's timeline and the records (``channel_pieces``) show at each position the text that the session's
+    frame gave there, on both channels (random weights: both carry many ids)."""
+    frames, s = streamed(release_model, recording(), 1280, GenerationConfig())
+    c, answer = release_model.config, make_answer(release_model, s.result(), 1.0)
+    text = [(f.position, f.text_id, f.text) for f in frames if f.text_id not in (c.pad_id, c.bos_id, c.eos_id)]
+    func = [(f.position, f.function_id, f.function_text) for f in frames if f.function_id != c.pad_id]
+    assert [(p.frame, p.token_id, p.text) for p in answer.text_pieces] == text and len(text) > 5
+    assert [(p.frame, p.token_id, p.text) for p in answer.function_pieces] == func and len(func) > 5
+
+
+def test_a_piece_that_changes_earlier_text_gives_all_of_it_again():
+    """With transformers' space clean-up, "s" after " '" turns "Hello '" into "Hello's": that position's piece is
+    the whole text again, as its frame's text is (``TextStream``); the others add their own characters."""
+    tok = TextTokenizer(model("tiny_model").tokenizer.path)
+    tok.clean_up_spaces = True
+    ids = tok.encode("Hello") + tok.encode(" '") + tok.encode("s")
+    pad = tok.token_to_id("<s>")
+    pieces = channel_pieces(tok, [pad, *ids], 10, {pad})
+    assert [p.frame for p in pieces] == list(range(11, 11 + len(ids)))
+    wholes = [tok.decode(ids[:n]) for n in range(1, len(ids) + 1)]
+    assert wholes[-2:] == ["Hello '", "Hello's"]
+    assert [p.text for p in pieces] == [w[len(v):] if w.startswith(v) else w for v, w in zip([""] + wholes, wholes)]
+    assert pieces[-1].text == "Hello's"
 
 
 def test_the_conversation_goes_on():

@@ -271,7 +271,8 @@ def test_a_tool_exchange_holds_the_users_frames_and_the_wav_shows_where(tiny_mod
 
 
 def test_the_tool_route_answers_with_the_tools_result_or_an_error_object(served):
-    run = lambda name, arguments: json.loads(served.post("/live/tool", {"name": name, "arguments": arguments})["output"])  # noqa: E731
+    def run(name, arguments):
+        return json.loads(served.post("/live/tool", {"name": name, "arguments": arguments})["output"])
     assert run("calculate", '{"expression": "2**10"}') == calculate.fn("2**10")
     assert run("calculate", '{"expression": "1/0"}') == {"error": "division by zero"}
     assert run("calculate", "not json") == {"error": "the arguments are not a JSON object"}

@@ -28,7 +28,7 @@ from conftest import HARNESS_WAV, NEMO
 from pulse import SPEAKER_RATE, pulse  # noqa: F401  (pulse: the fixture)
 from voicechat.devices import FAST_AHEAD, FileMicrophone, FileSpeaker, JitterBuffer, Ring
 from voicechat.errors import FellBehind
-from voicechat.answer import held_positions, stereo_timeline
+from voicechat.answer import stereo_timeline
 from voicechat.terminal import LagGuard, TerminalView, tool_lines
 from voicechat.result import Result
 from voicechat.tools import ToolCall, ToolEvent
@@ -220,17 +220,6 @@ def test_the_stereo_file_puts_both_sides_on_one_timeline():
     np.testing.assert_allclose(stereo[2 * 1764 + 100:3 * 1764 - 100, 0], 0.25, atol=1e-3)
 
 
-def exchange(start: int, end) -> ToolCall:
-    return ToolCall("call_x", "t", {}, "", start, start + 2, end=end)
-
-
-def test_held_positions_run_from_after_sotc_to_eotr():
-    assert held_positions([], 50) == set()
-    assert held_positions([exchange(10, 14)], 50) == {11, 12, 13, 14}
-    assert held_positions([exchange(10, 14), exchange(14, 20)], 50) == set(range(11, 21))  # chained at the EOTR
-    assert held_positions([exchange(40, None)], 45) == {41, 42, 43, 44}  # still open when the call stopped
-
-
 def test_the_stereo_file_puts_each_user_frame_where_the_model_heard_it():
     """Positions 3..12 after a 3-position prompt, a tool exchange from 5 (SOTC) to 8 (EOTR): the user's frames 0, 1, 2
     at positions 3, 4, 5, the silence embedding at 6, 7, 8, frames 3..6 at 9..12; frame 7 (sent, never heard) is left
@@ -240,7 +229,7 @@ def test_the_stereo_file_puts_each_user_frame_where_the_model_heard_it():
     answer = np.arange(10 * hop - 1, dtype=np.float32) / 100  # one sample short (the codec's last samples)
     result = Result(text="", function_text="", user_transcript="", audio=answer, sample_rate=40,
                     text_tokens=np.zeros(10), function_tokens=np.zeros(10), audio_codes=np.zeros((10, 31)),
-                    first_frame=3, prompt_frames=3, input_frames=7, frame_seconds=0.1, tool_calls=(exchange(5, 8),))
+                    first_frame=3, prompt_frames=3, input_frames=7, frame_seconds=0.1, held_positions=(6, 7, 8))
     stereo = stereo_timeline(user, 40, result)
     assert stereo.shape == (10 * hop, 2) and stereo.dtype == np.float32
     np.testing.assert_allclose(stereo[::hop, 0] * 10, [1, 2, 3, 0, 0, 0, 4, 5, 6, 7], atol=1e-6)
@@ -461,7 +450,8 @@ def test_no_microphone_says_so(tmp_path):
     # run as the installed command, the hint names that command
     command = tmp_path / "bin" / "voicechat"
     command.parent.mkdir()
-    command.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(voicechat.__file__).parents[1])!r})\n"
+    checkout = str(Path(voicechat.__file__).parents[1])
+    command.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {checkout!r})\n"
                        "from voicechat.__main__ import main\nsys.exit(main())\n")
     command.chmod(0o755)
     installed = subprocess.run([command, "live", "--demo"], env=env, capture_output=True, text=True, timeout=TIMEOUT)

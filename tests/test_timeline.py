@@ -1,5 +1,5 @@
 """voicechat/webui/timeline.py: the conversation timeline's drawing (envelopes, lanes, the axis, the overview and the
-detail) on hand-made answers. tests/test_browser.py draws it in a real browser (collisions measured there, scrolling)."""
+detail) on hand-made answers. tests/test_browser.py draws it in a real browser (collisions, scrolling)."""
 
 from __future__ import annotations
 

@@ -822,7 +822,7 @@ def test_session_holds_the_users_audio_and_drops_none(story, tiny):
     silence = np.array(tiny.net.stt_model.perception(mx.zeros((1, 16000)), mx.array([16000]))[0][0, 0])
     held = {t for c in s.tool_calls for t in range(c.call_start + 1, c.end + 1)}
     first = s.prompt_frames
-    assert len(held) == s.held
+    assert len(held) == s.held and story["result"].held_positions == tuple(sorted(held))  # the timeline reads them
     for t in held:
         assert np.array_equal(spy[t - first][0], silence)
     heard = [row[0] for i, row in enumerate(spy) if first + i not in held]

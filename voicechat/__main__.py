@@ -96,7 +96,8 @@ def print_tool_calls(result) -> None:
 
     for call in result.tool_calls:
         outcome = f"error: {call.error}" if call.error else json.dumps(call.result, ensure_ascii=False)
-        print(terminal_text(f"[tool] {call.name or '?'}({json.dumps(call.arguments, ensure_ascii=False)}) -> {outcome}"))
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        print(terminal_text(f"[tool] {call.name or '?'}({arguments}) -> {outcome}"))
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
@@ -362,7 +363,8 @@ def check_port(port: int) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Which model: --model, --offline and --demo."""
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"checkpoint directory or Hub repo id (default {DEFAULT_MODEL})")
     p.add_argument("--offline", action="store_true", help="never contact the Hugging Face Hub")
     p.add_argument("--demo", action="store_true", help="a tiny random-weight model built locally (no download; "
                                                        "answers are noise)")
@@ -480,7 +482,8 @@ def add_answer_arguments(g: argparse.ArgumentParser) -> None:
                         "voicechat.tools.Tool objects); at most 5 tools in all")
     g.add_argument("--reference", action="store_true",
                    help="NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept in the audio")
-    g.add_argument("--extra-seconds", type=float, help="append exactly this much silence (default: until the answer ends)")
+    g.add_argument("--extra-seconds", type=float,
+                   help="append exactly this much silence (default: until the answer ends)")
     g.add_argument("--max-extra-seconds", type=float, default=10.0, help="bound on the appended silence (default 10)")
     g.add_argument("--nvidia-sampling", action="store_true",
                    help="sample the text channel like NVIDIA's wrapper (temperature 0.3, top-p 0.5, repetition 1.1)")
@@ -517,7 +520,8 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     d.add_argument("repo", nargs="?", default=DEFAULT_MODEL,
                    help="repo id; supported: " + ", ".join(SUPPORTED_CHECKPOINTS))
     d.set_defaults(func=cmd_download)
-    b = sub.add_parser("bench", help="per-frame speed of a checkpoint, offline and streaming (voicechat/benchmarks/frame.py)")
+    b = sub.add_parser("bench",
+                       help="per-frame speed of a checkpoint, offline and streaming (voicechat/benchmarks/frame.py)")
     from .benchmarks.frame import add_arguments
 
     from .benchmarks.sessions import session_counts

@@ -1,10 +1,9 @@
 """A finished conversation as the app, the terminal and the records show it: each channel's tokens decoded at the
-position that emitted them (:class:`Piece`), the assistant's turns, the real-time factor, the positions a tool exchange
-held, and the stereo timeline of a live call (the user left, the answer right). Numpy and Python values only."""
+position that emitted them (:class:`Piece`), the assistant's turns, the real-time factor, and the stereo timeline of a
+live call (the user left, the answer right). Numpy and Python values only."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from .audio import resample
 from .result import Result
+from .tokenizer import TextStream
 
 
 @dataclass(frozen=True)
@@ -52,17 +52,11 @@ def realtime_factor(seconds: float, frames: int, frame_seconds: float) -> float:
 
 
 def channel_pieces(tokenizer, ids: Sequence[int], first_frame: int, skip: set[int]) -> tuple[Piece, ...]:
-    """Each token that is not in ``skip``, at its timeline frame, with the text it adds to the decoded channel
-    (decoded incrementally, so byte-level pieces and leading spaces come out as the full decode has them)."""
-    kept = [(first_frame + i, int(t)) for i, t in enumerate(ids) if int(t) not in skip]
-    pieces, decoded = [], ""
-    for n, (frame, token_id) in enumerate(kept):
-        # an unfinished multi-byte character decodes to "\ufffd": it belongs to the token that completes it
-        text = tokenizer.decode([t for _, t in kept[: n + 1]]).rstrip("\ufffd")
-        pieces.append(Piece(frame, token_id, text[len(os.path.commonprefix([decoded, text])):],
-                            tokenizer.id_to_token(token_id) or str(token_id)))
-        decoded = text
-    return tuple(pieces)
+    """Each token that is not in ``skip``, at its timeline frame, with the text it adds to the channel: what the
+    session's frame gave at that position (the same :class:`TextStream`, docs/streaming.md §6)."""
+    stream = TextStream(tokenizer, skip)
+    return tuple(Piece(first_frame + i, int(t), stream.add(int(t)), tokenizer.id_to_token(int(t)) or str(int(t)))
+                 for i, t in enumerate(ids) if int(t) not in skip)
 
 
 def frames_of(ids: Sequence[int], token_id: int, first_frame: int) -> tuple[int, ...]:
@@ -95,7 +89,7 @@ def stereo_timeline(user: np.ndarray, user_rate: int, result) -> np.ndarray:
     right = np.asarray(result.audio, np.float32)
     out = np.zeros((max((end - result.first_frame) * hop, right.size), 2), np.float32)
     out[:right.size, 1] = right
-    held = held_positions(result.tool_calls, end)
+    held = set(result.held_positions)
     frame = 0
     for position in range(result.prompt_frames, end):
         if position in held:
@@ -106,11 +100,3 @@ def stereo_timeline(user: np.ndarray, user_rate: int, result) -> np.ndarray:
         frame += 1
     return out
 
-
-def held_positions(tool_calls, end: int) -> set[int]:
-    """The positions tool exchanges held (the silence embedding in, the user's frames waiting): from the one after
-    SOTC to the EOTR position (docs/tools.md §5); up to ``end`` (one past the last position) for one still open."""
-    held: set[int] = set()
-    for call in tool_calls:
-        held.update(range(call.call_start + 1, (call.end + 1) if call.end is not None else end))
-    return held

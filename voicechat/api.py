@@ -41,7 +41,8 @@ WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversa
 # prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product, so
 # that compilation happens at load and not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32, 64)
-WARM_FRAMES = 4  # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
+# the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
+WARM_FRAMES = 4
 
 Progress = Callable[[int, int, FrameUpdate], None]
 
@@ -235,7 +236,7 @@ class Model:
         return group
 
     def prompt_length(self, system_prompt: str) -> int:
-        """Timeline positions of a system prompt: [bos] + its tokens + [eos] (docs/model.md §1.2 C), none without one."""
+        """A system prompt's timeline positions: [bos] + its tokens + [eos] (docs/model.md §1.2 C); none without one."""
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:

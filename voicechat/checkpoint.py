@@ -25,7 +25,8 @@ from .errors import CheckpointError, ConfigError, ModelUnavailable
 
 DEFAULT_MODEL = "mlx-community/NemotronLabs-VoiceChat-11B-4bit"
 # Tensors in the published files that inference never reads: BatchNorm's training counter, the PRVQ variances
-# (docs/model.md §2.6), and the control codes, which are fixed by the codebook size and checked by the model (docs/model.md §2.5).
+# (docs/model.md §2.6), and the control codes, which are fixed by the codebook size and checked by the model
+# (docs/model.md §2.5).
 UNUSED_KEYS = re.compile(r"(num_batches_tracked|\.prvq\._variance_list\.\d+\.variance|^tts_model\._control_codes)$")
 HUB_PATTERNS = [
     "config.json",
@@ -229,9 +230,9 @@ def integrity_problems(weights: dict[str, mx.array]) -> list[str]:
 # layouts
 # ----------------------------------------------------------------------------------------------------------------
 def _layout_candidates(w: mx.array) -> Iterable[tuple[str, Callable[[mx.array], mx.array]]]:
-    """PyTorch -> our layouts, by rank (docs/checkpoints.md §2, docs/model.md §4.5). 3-D: Conv1d [out, in, k] -> [out, k, in]
-    (mlx conv) and ConvTranspose1d [in, out, k] -> [in, k, out] (matmul form); 4-D: Conv2d [out, in, kh, kw] ->
-    [out, kh, kw, in]; a trailing k=1 axis dropped for pointwise convs computed as matmuls."""
+    """PyTorch -> our layouts, by rank (docs/checkpoints.md §2, docs/model.md §4.5). 3-D: Conv1d [out, in, k] ->
+    [out, k, in] (mlx conv) and ConvTranspose1d [in, out, k] -> [in, k, out] (matmul form); 4-D: Conv2d
+    [out, in, kh, kw] -> [out, kh, kw, in]; a trailing k=1 axis dropped for pointwise convs computed as matmuls."""
     if w.ndim == 3:
         yield "swap last two axes", lambda a: a.swapaxes(1, 2)
     if w.ndim == 4:
@@ -285,7 +286,8 @@ def quantize_modules(model: nn.Module, weights: dict, qcfg: Optional[Quantizatio
             # the packed shapes admit several (bits, group) pairs; take the config's if it fits them
             in_dims = weights[f"{prefix}{p}.weight"].shape[-1] * 32 // named.bits
             if in_dims // named.group_size != weights[f"{prefix}{p}.scales"].shape[-1]:
-                problems.append(f"{prefix}{p}: config says {named.bits}-bit group {named.group_size}, tensors do not fit")
+                problems.append(f"{prefix}{p}: config says {named.bits}-bit group {named.group_size}, "
+                                "tensors do not fit")
                 continue
             found = named
         specs[p] = found
@@ -308,13 +310,13 @@ def quantize_modules(model: nn.Module, weights: dict, qcfg: Optional[Quantizatio
 # ----------------------------------------------------------------------------------------------------------------
 # strict loading
 # ----------------------------------------------------------------------------------------------------------------
-def load_into(model: nn.Module, weights: dict[str, mx.array], prefix: str = "",
-              optional: Iterable[str] = (), dtype_for: Optional[Callable[[str, mx.array], mx.Dtype]] = None) -> list[str]:
+def load_into(model: nn.Module, weights: dict[str, mx.array], prefix: str = "", optional: Iterable[str] = (),
+              dtype_for: Optional[Callable[[str, mx.array], mx.Dtype]] = None) -> list[str]:
     """Load the tensors under ``prefix`` into ``model`` in one strict step.
 
     Missing keys (except those matching an ``optional`` regex: buffers the model derives itself), unexpected keys and
-    shape mismatches are collected and raised together; ``UNUSED_KEYS`` are skipped. ``dtype_for(name, array)`` picks each float tensor's dtype.
-    Returns the names of the optional keys that the checkpoint did not have.
+    shape mismatches are collected and raised together; ``UNUSED_KEYS`` are skipped. ``dtype_for(name, array)`` picks
+    each float tensor's dtype. Returns the names of the optional keys that the checkpoint did not have.
     """
     sub = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix) and not UNUSED_KEYS.search(k)}
     expected = dict(tree_flatten(model.parameters()))

@@ -17,7 +17,8 @@ MAX_INPUT_SECONDS = 600.0  # longer recordings are refused (10 minutes)
 MAX_LAG_SECONDS = 2.0  # a live conversation this far behind real time stops (docs/live.md; the page reads it)
 
 NANO_9B_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
-NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"  # docs/model.md §4.1: the revision NVIDIA's TRT builder pins
+# docs/model.md §4.1: the revision NVIDIA's TRT builder pins
+NANO_9B_V2_REVISION = "6533e8de2c68e4536bf7c411d7a3ce5734111476"
 
 
 def _derive(config, **values) -> None:
@@ -152,7 +153,7 @@ class AudioConfig:
 
 @dataclass(frozen=True)
 class GemmaConfig:
-    """Gemma-3 text backbone of EAR-TTS (docs/model.md §2.5.2). ``layer_types``: 'full_attention' / 'sliding_attention'."""
+    """EAR-TTS's Gemma-3 text backbone (docs/model.md §2.5.2); ``layer_types``: full_attention / sliding_attention."""
 
     hidden_size: int
     intermediate_size: int
@@ -312,7 +313,8 @@ class ModelConfig:
 class GenerationConfig:
     """Per-call settings of ``Model.generate`` (None = the checkpoint's value)."""
 
-    reference: bool = False  # NVIDIA's offline semantics: fixed length, prompt frames and frame 0 kept (docs/model.md §1.2 I)
+    # NVIDIA's offline semantics: a fixed length, the prompt frames and frame 0 kept (docs/model.md §1.2 I)
+    reference: bool = False
     extra_seconds: Optional[float] = None  # fixed silence appended to the input; None = until the answer ends
     max_extra_seconds: float = 10.0
     max_input_seconds: float = MAX_INPUT_SECONDS

@@ -1,6 +1,7 @@
 """The parsers of every published config.json format into the dataclasses of ``config.py``.
 
-This module only parses dicts; reading files is ``checkpoint.py``'s job. Two formats are accepted (docs/checkpoints.md §2):
+This module only parses dicts; reading files is ``checkpoint.py``'s job. Two formats are accepted
+(docs/checkpoints.md §2):
 
 * nested: NVIDIA's release config (the resolved training YAML: ``model.stt.model``, ``model.speech_generation``,
   ``data``, ``_rnnt_merge_info``), also used by the ``-mlx-*`` family with an ``mlx_conversion.quantization`` block
@@ -174,9 +175,11 @@ def _log_zero_guard(value) -> float:
 
 def parse_preprocessor(d: dict) -> PreprocessorConfig:
     # Only NeMo's inference path of this model is implemented; other settings would silently change the features.
-    _require(str(d.get("normalize", "NA")) in ("NA", "None"), f"preprocessor normalize={d.get('normalize')!r} is not supported (only 'NA')")
+    _require(str(d.get("normalize", "NA")) in ("NA", "None"),
+             f"preprocessor normalize={d.get('normalize')!r} is not supported (only 'NA')")
     _require(d.get("log", True) is True, "preprocessor log=false is not supported")
-    _require(d.get("window", "hann") == "hann", f"preprocessor window={d.get('window')!r} is not supported (only 'hann')")
+    _require(d.get("window", "hann") == "hann",
+             f"preprocessor window={d.get('window')!r} is not supported (only 'hann')")
     _require(int(d.get("frame_splicing", 1)) == 1, "preprocessor frame_splicing != 1 is not supported")
     _require(not d.get("exact_pad", False), "preprocessor exact_pad=true is not supported")
     _require(d.get("log_zero_guard_type", "add") == "add", "preprocessor log_zero_guard_type must be 'add'")
@@ -196,7 +199,8 @@ def _context_size(ctx) -> tuple[int, int]:
 
 
 def parse_encoder(d: dict) -> EncoderConfig:
-    _require(d.get("subsampling", "striding") == "dw_striding", f"encoder subsampling={d.get('subsampling')!r} is not supported (only dw_striding)")
+    _require(d.get("subsampling", "striding") == "dw_striding",
+             f"encoder subsampling={d.get('subsampling')!r} is not supported (only dw_striding)")
     _require(d.get("self_attention_model", "rel_pos") == "rel_pos", "only rel_pos self-attention is supported")
     cfg = EncoderConfig(
         feat_in=int(_get(d, "feat_in")),
@@ -208,7 +212,8 @@ def parse_encoder(d: dict) -> EncoderConfig:
     )
     _require(d.get("conv_context_size") in ("causal", [8, 0], (8, 0)) or cfg.conv_kernel_size == 1,
              f"encoder conv_context_size={d.get('conv_context_size')!r} is not supported (only 'causal')")
-    _require(cfg.conv_norm_type in ("layer_norm", "batch_norm"), f"encoder conv_norm_type={cfg.conv_norm_type!r} is not supported")
+    _require(cfg.conv_norm_type in ("layer_norm", "batch_norm"),
+             f"encoder conv_norm_type={cfg.conv_norm_type!r} is not supported")
     return cfg
 
 
@@ -370,8 +375,8 @@ def parse_nested(cfg: dict, llm_config: Optional[dict] = None, rnnt_vocab: Optio
     model = cfg["model"]
     return ModelConfig(
         llm=llm,
-        audio=AudioConfig(parse_preprocessor(_get(perception, "preprocessor")), parse_encoder(_get(perception, "encoder")),
-                          output_dim, rnnt),
+        audio=AudioConfig(parse_preprocessor(_get(perception, "preprocessor")),
+                          parse_encoder(_get(perception, "encoder")), output_dim, rnnt),
         tts=TTSConfig(
             **tts_structure(tts, _get(tts, "backbone_config"), _get(tts, "cas_config.backbone_config.encoder"),
                             _get(tts, "mog_head_config")),

@@ -5,7 +5,7 @@ FastAPI app (``realtime.create_app``); Ray's proxy is the one address and keeps 
 accepted it for its whole life. What Ray does not do by itself, and the three small additions that do it:
 
 - admission: Ray's proxy queues a connection over ``max_ongoing_requests`` silently, then answers HTTP 500, not the
-  GA ``server_busy`` (../shared/reference/SERVING.md §2). So a replica takes one connection beyond its conversations
+  GA ``server_busy`` (docs/deploy.md §1). So a replica takes one connection beyond its conversations
   (``ANSWER_SLOTS``), and the server answers that one ``server_busy`` and close 1013 as it does without Ray; the
   router (:class:`FewestConversations`) sends a new connection to a replica with a free conversation slot whenever
   one has one, so the extra slot is used only when every replica is full.

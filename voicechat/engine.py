@@ -482,7 +482,8 @@ class Engine:
                 return
             self._waiting.remove(job)
             self._announce_positions()
-        job._emit(LiveEvent(CLOSED) if isinstance(job, LiveJob) else Event(CANCELLED, message="Cancelled while waiting."))
+        live = isinstance(job, LiveJob)
+        job._emit(LiveEvent(CLOSED) if live else Event(CANCELLED, message="Cancelled while waiting."))
 
     def _set_status(self, status: EngineStatus) -> None:
         with self._lock:
@@ -494,7 +495,8 @@ class Engine:
         the running ones."""
         if isinstance(job, LiveJob):
             return 0
-        before = sum(1 for j in itertools.takewhile(lambda j: j is not job, self._waiting) if not isinstance(j, LiveJob))
+        ahead = itertools.takewhile(lambda j: j is not job, self._waiting)
+        before = sum(1 for j in ahead if not isinstance(j, LiveJob))
         running = len(self._recordings)
         return before + (running if running >= self.max_recordings else 0)
 

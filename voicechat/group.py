@@ -484,7 +484,8 @@ class SessionGroup:
         keys, gumbels, normals = key_draws(self.tts_keys, n, comps, latent)
         self.tts_keys = compute.kept_where(mx.array(speak), keys, self.tts_keys)
         gumbels, normals = gumbels[:, :, 0].swapaxes(0, 1), normals[:, :, 0].swapaxes(0, 1)  # [n, R, ...]
-        replayed = [(r, row.session.noise) for r, row in rows if speak[r] and not isinstance(row.session.noise, KeyNoise)]
+        replayed = [(r, row.session.noise) for r, row in rows
+                    if speak[r] and not isinstance(row.session.noise, KeyNoise)]
         for r, noise in replayed:  # a test's recorded draws: per conversation, by design
             g, z = noise.frame(n, comps, latent)
             gumbels = mx.slice_update(gumbels, g.astype(gumbels.dtype), mx.array([0, r, 0]), axes=(0, 1, 2))

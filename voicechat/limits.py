@@ -14,7 +14,8 @@ from typing import Any, Optional
 from .config import FRAME_SECONDS
 from .errors import VoiceChatError
 
-TIMELINE_LIMIT = 8192  # positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more
+# positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more
+TIMELINE_LIMIT = 8192
 # A system prompt takes timeline positions ([bos] + its tokens + [eos]) before the first user frame, each one a TTS
 # and codec step as well as an LLM row: a quarter of the timeline (2.7 minutes of it) is far more than any
 # instruction needs and leaves three quarters for the conversation.
@@ -47,7 +48,8 @@ def check_range(param: str, label: str, value: Any, low: float, high: float = ma
     x = _number(value)
     above = x is not None and (x > low if low_open else x >= low)
     if x is None or not math.isfinite(x) or not above or x > high:
-        bound = f"{'above' if low_open else 'at least'} {low:g}" + ("" if high == math.inf else f" and at most {high:g}")
+        bound = f"{'above' if low_open else 'at least'} {low:g}"
+        bound += "" if high == math.inf else f" and at most {high:g}"
         raise SettingError(param, f"{label} must be a finite number {bound} (got {value!r})")
 
 
@@ -114,6 +116,7 @@ def run_positions(model, samples: int, prompt: str, gen) -> int:
 def check_timeline(positions: int, param: str) -> None:
     """Work whose timeline would pass TIMELINE_LIMIT is refused before it starts."""
     if positions > TIMELINE_LIMIT:
+        minutes = TIMELINE_LIMIT * FRAME_SECONDS / 60
         raise SettingError(param, f"this would take {positions} timeline positions, more than the timeline's "
-                                  f"{TIMELINE_LIMIT} ({TIMELINE_LIMIT * FRAME_SECONDS / 60:.1f} minutes): use a shorter "
-                                  "recording, prompt or appended silence")
+                                  f"{TIMELINE_LIMIT} ({minutes:.1f} minutes): use a shorter recording, prompt or "
+                                  "appended silence")

@@ -34,8 +34,8 @@ from .tts.eartts import RVQEARTTSModel
 
 SPEAKER_KEY = re.compile(r"^tts_model\.audio_prompt_latents\.([^.]+)$")
 
-# Buffers that some published layouts omit and the model derives itself (docs/model.md §4.5): the mel filterbank and window,
-# the char-encoder flag tables (from the tokenizer), the TTS copy of the codebooks, and the codec silence frame.
+# Buffers that some published layouts omit and the model derives itself (docs/model.md §4.5): the mel filterbank and
+# window, the char-encoder flag tables (from the tokenizer), the TTS copy of the codebooks, and the codec silence frame.
 # The one list of them: loading (``build``), the random checkpoints and the tests use it.
 DERIVED_KEYS = (
     r"^stt_model\.perception\.preprocessor\.featurizer\.(window|fb)$",
@@ -74,7 +74,7 @@ class TTSModel(nn.Module):
 
 
 def prompt_frames(cfg: ModelConfig) -> int:
-    """Warm-up frames of the speaker prompt: int((duration * rate // 1764) * 1764) samples (docs/model.md §2.5.9) = 37."""
+    """Speaker prompt warm-up frames, int((duration * rate // 1764) * 1764) samples (37; docs/model.md §2.5.9)."""
     spf = cfg.codec.samples_per_frame
     return int((cfg.tts.audio_prompt_duration * cfg.codec.sample_rate // spf) * spf) // spf
 
@@ -90,8 +90,8 @@ class VoiceChatModel(nn.Module):
 # building from a checkpoint
 # ----------------------------------------------------------------------------------------------------------------
 def check_llm_geometry(cfg: ModelConfig, weights: dict) -> None:
-    """The nested format takes the LLM geometry from elsewhere (docs/model.md §4.2): check it against the tensors first, so a
-    mismatch is named as such rather than as a list of shape errors."""
+    """The nested format takes the LLM geometry from elsewhere (docs/model.md §4.2): check it against the tensors first,
+    so a mismatch is named as such rather than as a list of shape errors."""
     layers = {int(m.group(1)) for k in weights if (m := re.match(r"stt_model\.llm\.layers\.(\d+)\.", k))}
     emb = weights.get("stt_model.embed_tokens.scales", weights.get("stt_model.embed_tokens.weight"))
     problems = []
@@ -120,7 +120,8 @@ def keep_float32(name: str) -> bool:
     return name.endswith((".A_log", ".D", ".dt_bias", ".featurizer.window", ".featurizer.fb"))
 
 
-def build(cfg: ModelConfig, tokenizer: TextTokenizer, weights: dict, dtype: Optional[mx.Dtype] = None) -> VoiceChatModel:
+def build(cfg: ModelConfig, tokenizer: TextTokenizer, weights: dict,
+          dtype: Optional[mx.Dtype] = None) -> VoiceChatModel:
     """Construct the module tree for ``weights``, quantize what they quantize, load strictly, derive what is absent."""
     problems = integrity_problems(weights)
     if problems:
@@ -170,11 +171,13 @@ def parameter_count(model: nn.Module) -> int:
 
 
 def load_parts(path_or_repo: str, tokenizer: Optional[str] = None, dtype: Optional[mx.Dtype] = None,
-               offline: bool = False, download_progress=None) -> tuple[ModelConfig, TextTokenizer, VoiceChatModel, Path]:
+               offline: bool = False,
+               download_progress=None) -> tuple[ModelConfig, TextTokenizer, VoiceChatModel, Path]:
     """Resolve, parse, tokenize and build: everything ``voicechat.load`` needs."""
     directory = resolve_checkpoint(str(path_or_repo), offline=offline, tqdm_class=download_progress)
     cfg = load_config(directory)
-    tok = TextTokenizer(resolve_tokenizer_file(directory, local_llm_dir(cfg.pretrained_llm, directory), tokenizer, offline))
+    llm_dir = local_llm_dir(cfg.pretrained_llm, directory)
+    tok = TextTokenizer(resolve_tokenizer_file(directory, llm_dir, tokenizer, offline))
     cfg = with_token_ids(cfg, tok.token_to_id, tok.id_to_token)
     if tok.vocab_size > cfg.llm.vocab_size:
         raise ConfigError(f"the text tokenizer has {tok.vocab_size} tokens, the LLM only {cfg.llm.vocab_size}")

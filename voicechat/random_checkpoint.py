@@ -63,7 +63,7 @@ DIMS = {
                  tts_hidden=64, tts_mlp=128, tts_layers=3, tts_heads=4, tts_head_dim=16, tts_pattern=3,
                  mog_mlp=128, mog_layers=3, low_rank=16, components=64, latent=64, codebook=64,
                  codec_base=16, codec_blocks=1),
-    # ../shared/reference/peer-harness/build_medium.py's sizes (its NeMo-made "medium"): the release's depths at
+    # the sizes of the peer harness's build_medium.py (its NeMo-made "medium"): the release's depths at
     # about 1/4 of its widths, the harness's 512-entry vocabulary; for CPU benchmarks without NeMo
     "medium": dict(vocab=512, hidden=1120, pattern=RELEASE_PATTERN, heads=10, kv_heads=2, head_dim=128, mlp=3920,
                    mamba_heads=32, mamba_head_dim=80, state=32, groups=2, chunk=128,
@@ -165,7 +165,8 @@ def nested_config(d: dict, llm_dir: str) -> dict:
            "backbone_config": backbone, "latent_size": d["latent"], "codebook_size": d["codebook"],
            "num_quantizers": 31, "context_hidden_size": None, "exponent": 3.0, "random_target_masking": False,
            "use_audio_prompt_frozen_projection": True,
-           "cas_config": {"backbone_type": "t5gemma", "backbone_config": {"is_encoder_decoder": False, "encoder": char}},
+           "cas_config": {"backbone_type": "t5gemma",
+                          "backbone_config": {"is_encoder_decoder": False, "encoder": char}},
            "mog_head_config": {"intermediate_size": d["mog_mlp"], "num_layers": d["mog_layers"],
                                "low_rank": d["low_rank"], "num_predictions": d["components"], "min_log_std": -4.0,
                                "eps": 1e-6}}
@@ -206,18 +207,19 @@ def runtime_config(nested: dict, llm: dict) -> dict:
         "model_type": "nemotron_voicechat", "architectures": ["NemotronVoiceChatForConditionalGeneration"],
         "text_config": {"model_type": "nemotron_h", **{k: llm[k] for k in text_keys}},
         "audio_config": {"preprocessor": per["preprocessor"], "encoder": per["encoder"],
-                         "decoder": {**merge["decoder_config"]["prednet"], "vocab_size": merge["decoder_config"]["vocab_size"],
-                                     "blank_as_pad": True},
-                         "joint": {**merge["joint_config"]["jointnet"], "num_classes": merge["joint_config"]["num_classes"]},
+                         "decoder": {**merge["decoder_config"]["prednet"],
+                                     "vocab_size": merge["decoder_config"]["vocab_size"], "blank_as_pad": True},
+                         "joint": {**merge["joint_config"]["jointnet"],
+                                   "num_classes": merge["joint_config"]["num_classes"]},
                          "output_dim": per["output_dim"], "max_symbols": 10},
-        "tts_config": {**{k: tts["backbone_config"][k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                                                                 "num_attention_heads", "num_key_value_heads",
-                                                                 "head_dim", "sliding_window")},
+        "tts_config": {**{k: tts["backbone_config"][k] for k in ("hidden_size", "intermediate_size",
+                                                                 "num_hidden_layers", "num_attention_heads",
+                                                                 "num_key_value_heads", "head_dim", "sliding_window")},
                        "sliding_window_pattern": tts["backbone_config"]["sliding_window_pattern"],
-                       **{k: tts[k] for k in ("latent_size", "num_quantizers", "codebook_size", "num_delay_speech_tokens",
-                                              "exponent", "disable_eos_prediction", "use_gated_fusion_for_text_audio",
-                                              "use_subword_flag_emb", "use_bos_eos_emb",
-                                              "use_audio_prompt_frozen_projection")},
+                       **{k: tts[k] for k in ("latent_size", "num_quantizers", "codebook_size",
+                                              "num_delay_speech_tokens", "exponent", "disable_eos_prediction",
+                                              "use_gated_fusion_for_text_audio", "use_subword_flag_emb",
+                                              "use_bos_eos_emb", "use_audio_prompt_frozen_projection")},
                        "character_encoder": tts["cas_config"]["backbone_config"]["encoder"],
                        "mog_head": tts["mog_head_config"], "guidance_scale": speech["inference_guidance_scale"],
                        "top_p": speech["inference_top_p_or_k"], "noise_scale": speech["inference_noise_scale"],
@@ -322,7 +324,8 @@ def random_tensors(model: VoiceChatModel, tokenizer: TextTokenizer, cfg, seed: i
 # ----------------------------------------------------------------------------------------------------------------
 # layouts on disk
 # ----------------------------------------------------------------------------------------------------------------
-LLM_QUANTIZED = re.compile(r"^stt_model\.(llm\.layers\.\d+\.mixer\.(in_proj|out_proj|q_proj|k_proj|v_proj|o_proj|up_proj|down_proj)|embed_tokens|lm_head|function_head)\.weight$")
+LLM_QUANTIZED = re.compile(r"^stt_model\.(llm\.layers\.\d+\.mixer\.(in_proj|out_proj|q_proj|k_proj|v_proj|o_proj"
+                           r"|up_proj|down_proj)|embed_tokens|lm_head|function_head)\.weight$")
 
 
 def mlx_4bit(name: str, w: mx.array, group_size: int = 64, bits: int = 4) -> dict[str, mx.array]:
@@ -346,7 +349,8 @@ def save_shards(weights: dict[str, mx.array], directory: Path, shards: int) -> N
         fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
         mx.save_safetensors(str(directory / fname), {k: weights[k] for k in part}, metadata={"format": "mlx"})
         weight_map.update({k: fname for k in part})
-    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
+    index = {"metadata": {}, "weight_map": weight_map}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
 
 
 def prepare_directory(directory: Path) -> None:
@@ -390,7 +394,8 @@ def write_checkpoint(directory, layout: str = "nested", dims: str = "tiny", seed
         weights.update(part)
     weights["tts_model._control_codes"] = mx.array(cfg.tts.control_codes, dtype=mx.int64)
     (directory / "rnnt_tokenizer").mkdir()
-    (directory / "rnnt_tokenizer" / "vocab.json").write_text(json.dumps(rnnt_vocabulary(d["rnnt_vocab"]), ensure_ascii=False))
+    vocabulary = json.dumps(rnnt_vocabulary(d["rnnt_vocab"]), ensure_ascii=False)
+    (directory / "rnnt_tokenizer" / "vocab.json").write_text(vocabulary)
     if layout == "nested":
         mx.save_safetensors(str(directory / "model.safetensors"), weights)
         (directory / "config.json").write_text(json.dumps(nested, indent=1))

@@ -33,7 +33,7 @@ class Result:
     text_tokens: np.ndarray  # [frames] text id per timeline position (see `first_frame`)
     function_tokens: np.ndarray  # [frames] function id per position (pad when the checkpoint has no function head)
     audio_codes: np.ndarray  # [frames, 31] codec codes per position
-    first_frame: int  # timeline position of text_tokens[0] / audio_codes[0] (0 in reference mode, else the prompt length)
+    first_frame: int  # position of text_tokens[0] / audio_codes[0] (0 in reference mode, else the prompt length)
     prompt_frames: int  # system-prompt positions at the head of the timeline
     input_frames: int  # timeline positions that carry the user's recording (the rest is appended silence)
     frame_seconds: float  # 0.08
@@ -41,6 +41,7 @@ class Result:
     stage_calls: dict = field(default_factory=dict)  # stage -> seconds of each call (per frame for llm/tts/codec)
     settings: dict = field(default_factory=dict)  # the resolved generation settings
     tool_calls: tuple = ()  # voicechat.tools.ToolCall per call the model made (docs/tools.md)
+    held_positions: tuple = ()  # the positions tool exchanges held: the user's frames waited (docs/tools.md §5)
 
     @property
     def seconds(self) -> float:

@@ -1,6 +1,6 @@
-"""A conversation on the 80 ms timeline (docs/model.md §1.2, docs/streaming.md): audio goes in as it is heard, and every timeline
-position comes out as soon as its 80 ms of input are complete: the assistant's text and function tokens, 31 codec
-codes and 1764 samples of its voice.
+"""A conversation on the 80 ms timeline (docs/model.md §1.2, docs/streaming.md): audio goes in as it is heard, and every
+timeline position comes out as soon as its 80 ms of input are complete: the assistant's text and function tokens, 31
+codec codes and 1764 samples of its voice.
 
 Per timeline position t (the system prompt's positions first, then one per 80 ms of input):
     listen: the streaming encoder's frame for t (mel columns up to 8 t, docs/model.md §2.2.1)
@@ -35,7 +35,7 @@ from .result import Result
 from .llm import lm
 from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
 from .stt.rnnt import RNNTGreedy, Transcript
-from .tokenizer import channel_text
+from .tokenizer import TextStream, channel_text
 from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
 from .tts.eartts import TTSSettings, warmup_inputs
 from .tts.mog import KeyNoise
@@ -76,57 +76,6 @@ class Frame:
     seconds: dict  # wall seconds: "total" (the tick that computed it, from its build or the previous tick's end), and
     #                per stage when profiled
     events: tuple = ()  # tool-call events raised at this position
-
-
-class TextStream:
-    """A channel's text, decoded incrementally: each call gives the characters its new ids add (the text of all the
-    ids so far, less what was given before; all of it again if a new id changed earlier text); an unfinished UTF-8
-    sequence (decoded as U+FFFD) waits for the id that completes it.
-
-    Only the last ids are decoded, from an anchor a few ids back (decoding every id of a long conversation at each
-    new id would grow with it): what the anchor's ids decode to is ``head``, the rest ``window``. Text added by a new
-    id is found within the window, so whatever the decoder does at the window's start (a leading space dropped, a
-    character cut at a byte) is the same in both decodes; if a new id changes the window's earlier text, the whole
-    ids are decoded again, as without an anchor."""
-
-    WINDOW_IDS = 64  # ids decoded at most (about one sentence) ...
-    KEEP_IDS = 8  # ... then the anchor moves to this many ids before the last, ...
-    KEEP_CHARS = 8  # ... once they decode to this many characters: more than a clean-up replacement reaches back
-    #                 (voicechat/tokenizer.py: " n't", 4), whatever ids that decode to nothing stand between
-
-    def __init__(self, tokenizer, skip: set[int]):
-        self.tokenizer, self.skip = tokenizer, skip
-        self.ids: list[int] = []
-        self.anchor = 0
-        self.head = self.window = ""
-
-    @property
-    def text(self) -> str:
-        return self.head + self.window
-
-    def decoded(self, start: int) -> str:
-        return self.tokenizer.decode(self.ids[start:]).rstrip("\ufffd")
-
-    def add(self, token_id: int) -> str:
-        if token_id in self.skip:
-            return ""
-        self.ids.append(token_id)
-        window = self.decoded(self.anchor)
-        if not window.startswith(self.window) and self.anchor:
-            self.anchor, self.head, self.window = 0, "", self.text
-            window = self.decoded(0)
-        new = window[len(self.window):] if window.startswith(self.window) else window
-        self.window = window
-        if len(self.ids) - self.anchor > self.WINDOW_IDS:
-            self.move_anchor(len(self.ids) - self.KEEP_IDS)
-        return new
-
-    def move_anchor(self, anchor: int) -> None:
-        """Decode from ``anchor`` on, once its ids' text is long enough and the end of the text so far."""
-        tail = self.decoded(anchor)
-        text = self.text
-        if len(tail) >= self.KEEP_CHARS and text.endswith(tail):
-            self.anchor, self.head, self.window = anchor, text[:len(text) - len(tail)], tail
 
 
 class Clock:
@@ -240,7 +189,8 @@ class Session:
         self.tail = np.zeros(0, np.float32)  # the codec's last samples, once the input has ended
         self.frame_mark: dict = {}  # the clock's call counts at the last frame, for the per-frame seconds
         self.tool_channel = self._tool_channel()
-        self.held = 0  # positions given to tool exchanges (the silence embedding in, the user's frames waiting)
+        # the positions given to tool exchanges (the silence embedding in, the user's frames waiting: docs/tools.md §5)
+        self.held_positions: list[int] = []
 
     def _tool_channel(self) -> Optional[ToolChannel]:
         if not self.tools:
@@ -258,7 +208,8 @@ class Session:
         tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
         self.clock.add("tts warm-up", t0)
         lm_state = lm.LMState(self.stt, c)
-        if self.prompt_ids:  # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
+        # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
+        if self.prompt_ids:
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, lm_state, mx.array(self.prompt_ids)[None])
             self.clock.add("prompt prefill", t0, lm_state.arrays)
@@ -420,7 +371,7 @@ class Session:
             return Row(self, self.position, *self.prompt_inputs.popleft())
         if self.tool_channel is not None and self.tool_channel.holds_user_audio():
             self._check_room(self.position + 1)
-            self.held += 1
+            self.held_positions.append(self.position)
             return Row(self, self.position, self.model._tool_silence(), None, True)
         heard = self.heard.popleft()
         if isinstance(heard, SteadyFrame):
@@ -517,8 +468,8 @@ class Session:
 
     def _hear(self, encoded: mx.array, valid: bool, first, built_on: int) -> None:
         """The transcript's frame on the host: the first joint call came with the position's graph (usually blank:
-        nothing more to do); symbols go on one call at a time (docs/model.md §1.2 J: frames past the valid length skipped).
-        A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
+        nothing more to do); symbols go on one call at a time (docs/model.md §1.2 J: frames past the valid length
+        skipped). A first call built before the previous frame emitted is stale, and is made again. A tool exchange's
         positions hear nothing."""
         if self.rnnt is None or not valid or encoded is None:
             return
@@ -534,6 +485,11 @@ class Session:
         return new
 
     # -- reading ---------------------------------------------------------------------------------------------
+    @property
+    def held(self) -> int:
+        """How many positions tool exchanges have held."""
+        return len(self.held_positions)
+
     @property
     def held_seconds(self) -> float:
         """Input heard and not yet on the timeline (a tool exchange holds the user's frames back)."""
@@ -554,8 +510,8 @@ class Session:
         text, func = np.array(self.text, np.int64), np.array(self.func, np.int64)
         codes = np.array(self.codes, np.int64).reshape(-1, c.codec.num_quantizers)
         valid = p + sum(self.valid[p:])
-        # NeMo's strings: the text after the prompt, cut to the valid length (docs/model.md §1.2 I); with turn markers the
-        # untrimmed buffer whose frames past the valid length hold id 0
+        # NeMo's strings: the text after the prompt, cut to the valid length (docs/model.md §1.2 I); with turn markers
+        # the untrimmed buffer whose frames past the valid length hold id 0
         kept, kept_f = list(text[p:valid]), list(func[p:valid])
         if gen.turn_markers:
             kept += [0] * (done - valid)
@@ -575,7 +531,7 @@ class Session:
             stage_calls={k: list(v) for k, v in self.clock.calls.items()},
             settings={**asdict(gen), "seed": self.seed, "system_prompt": self.system_prompt, "voice": self.voice,
                       "tools": [t.declaration() for t in self.tools], "tts_used": asdict(self.settings)},
-            tool_calls=tuple(self.tool_calls),
+            tool_calls=tuple(self.tool_calls), held_positions=tuple(self.held_positions),
         )
 
     def clock_seconds(self) -> dict:

@@ -458,8 +458,8 @@ class LiveCall:
 # saving and the whole command
 # ---------------------------------------------------------------------------------------------------------------
 def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveOptions) -> tuple[Path, Path]:
-    """conversation.wav (stereo, :func:`voicechat.answer.stereo_timeline`) and conversation.json: the app's and the CLI's record
-    (voicechat.result.conversation_json, source "live") plus ``live``, the call's numbers."""
+    """conversation.wav (stereo, :func:`voicechat.answer.stereo_timeline`) and conversation.json: the app's and the
+    CLI's record (voicechat.result.conversation_json, source "live") plus ``live``, the call's numbers."""
     from .audio import write_wav
     from .config import GenerationConfig
     from .answer import make_answer, stereo_timeline

@@ -1,4 +1,5 @@
-"""The text tokenizer (Nemotron-H's, a HF ``tokenizer.json``) and NVIDIA's rules for turning ids into strings."""
+"""The text tokenizer (Nemotron-H's, a HF ``tokenizer.json``), NVIDIA's rules for turning ids into strings, and a
+channel's text as its ids arrive (:class:`TextStream`: the one source of each position's new text)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,54 @@ def channel_text(tok: TextTokenizer, ids: Sequence[int], *, pad_id: int, bos_id:
             start = p
     out.append(text_of(ids[start:]))
     return " ".join(out)
+
+
+class TextStream:
+    """A channel's text, decoded incrementally: each call gives the characters its new ids add (the text of all the
+    ids so far, less what was given before; all of it again if a new id changed earlier text); an unfinished UTF-8
+    sequence (decoded as U+FFFD) waits for the id that completes it.
+
+    Only the last ids are decoded, from an anchor a few ids back (decoding every id of a long conversation at each
+    new id would grow with it): what the anchor's ids decode to is ``head``, the rest ``window``. Text added by a new
+    id is found within the window, so whatever the decoder does at the window's start (a leading space dropped, a
+    character cut at a byte) is the same in both decodes; if a new id changes the window's earlier text, the whole
+    ids are decoded again, as without an anchor."""
+
+    WINDOW_IDS = 64  # ids decoded at most (about one sentence) ...
+    KEEP_IDS = 8  # ... then the anchor moves to this many ids before the last, ...
+    KEEP_CHARS = 8  # ... once they decode to this many characters: more than a clean-up replacement reaches back
+    #                 (voicechat/tokenizer.py: " n't", 4), whatever ids that decode to nothing stand between
+
+    def __init__(self, tokenizer, skip: set[int]):
+        self.tokenizer, self.skip = tokenizer, skip
+        self.ids: list[int] = []
+        self.anchor = 0
+        self.head = self.window = ""
+
+    @property
+    def text(self) -> str:
+        return self.head + self.window
+
+    def decoded(self, start: int) -> str:
+        return self.tokenizer.decode(self.ids[start:]).rstrip("\ufffd")
+
+    def add(self, token_id: int) -> str:
+        if token_id in self.skip:
+            return ""
+        self.ids.append(token_id)
+        window = self.decoded(self.anchor)
+        if not window.startswith(self.window) and self.anchor:
+            self.anchor, self.head, self.window = 0, "", self.text
+            window = self.decoded(0)
+        new = window[len(self.window):] if window.startswith(self.window) else window
+        self.window = window
+        if len(self.ids) - self.anchor > self.WINDOW_IDS:
+            self.move_anchor(len(self.ids) - self.KEEP_IDS)
+        return new
+
+    def move_anchor(self, anchor: int) -> None:
+        """Decode from ``anchor`` on, once its ids' text is long enough and the end of the text so far."""
+        tail = self.decoded(anchor)
+        text = self.text
+        if len(tail) >= self.KEEP_CHARS and text.endswith(tail):
+            self.anchor, self.head, self.window = anchor, text[:len(text) - len(tail)], tail

@@ -1,6 +1,8 @@
-"""Per-frame speed of a checkpoint: ``python -m voicechat bench --model M [--frames N] [--minutes X] [--json out.json]``.
+"""Per-frame speed of a checkpoint:
+``python -m voicechat bench --model M [--frames N] [--minutes X] [--json out.json]``.
 
-Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones: ``python -m voicechat.random_checkpoint``):
+Prints, on any checkpoint voicechat loads (tiny, medium or full-size random ones:
+``python -m voicechat.random_checkpoint``):
 
 * load time, the prompt prefill (one call) and the session's setup (prefill, TTS warm-up, TTS over the prompt);
 * the offline loop (``generate`` on ``--frames`` x 80 ms of input): per 80 ms frame mean / p50 / p95 / p99 / max,
@@ -171,8 +173,9 @@ def run(model_spec: str, frames: int, runs: int, minutes: float, workload: str) 
 def print_table(r: dict) -> None:
     print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  BLAS {r['blas']}  workload {r['workload']}")
     o, s = r["offline"], r["session"]
-    print(f"load {r['load_s']:.2f} s ({r['weights_gb']:.2f} GB, peak {r['load_peak_gb']:.2f} GB)   prompt prefill ({o['prompt_frames']} positions, one "
-          f"call) {o['prompt_prefill_ms']:.1f} ms   session setup {s['setup_s'] * 1e3:.0f} ms   "
+    print(f"load {r['load_s']:.2f} s ({r['weights_gb']:.2f} GB, peak {r['load_peak_gb']:.2f} GB)   "
+          f"prompt prefill ({o['prompt_frames']} positions, one call) {o['prompt_prefill_ms']:.1f} ms   "
+          f"session setup {s['setup_s'] * 1e3:.0f} ms   "
           f"offline timeline {o['timeline_frames']} frames")
     print(f"{'per 80 ms frame, ms':34s} {'mean':>8s} {'p50':>8s} {'p95':>8s} {'p99':>8s} {'max':>8s}")
     rows = {"offline loop": o["frames"], "session, 80 ms feeds": s["frames"],

@@ -1,4 +1,4 @@
-"""voicechat as an engine of the peer harness (../shared/reference/peer-harness/bench_peers.py --engines-json).
+"""voicechat as an engine of the project's shared peer harness (its ``bench_peers.py --engines-json``).
 
     python -m voicechat.benchmarks.peers --ckpt DIR --mode cache --runs 5      # a worker: prints ONE JSON line
     python -m voicechat.benchmarks.peers --engines-json engines.json           # writes the engine description

@@ -15,7 +15,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 PROMPT = "You are a helpful assistant."
-FRAME = 0.08  # voicechat.config.FRAME_SECONDS and INPUT_SAMPLE_RATE: mlx-audio's worker loads this file without voicechat
+# voicechat.config.FRAME_SECONDS and INPUT_SAMPLE_RATE: mlx-audio's worker loads this file without voicechat
+FRAME = 0.08
 RATE = 16000
 WORDS_EVERY = 4  # frames between subword ids in speech (about 3 ids per second at 12.5 frames per second)
 PARAGRAPH = ("The capital of France is Paris. It sits on the Seine, in the north of the country, and about two million "

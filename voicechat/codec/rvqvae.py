@@ -84,7 +84,7 @@ def stft_channels(wave: mx.array, n_fft: int, hop: int) -> mx.array:
 
 
 def bounded_magnitude(m: mx.array) -> mx.array:
-    """100 * exp(-softplus(-m + ln 100)): a smooth magnitude in (0, 100), about exp(m) for small m (docs/model.md §2.6)."""
+    """100 * exp(-softplus(-m + ln 100)): a smooth magnitude in (0, 100), ~exp(m) for small m (docs/model.md §2.6)."""
     return MAX_MAGNITUDE * mx.exp(-nn.softplus(math.log(MAX_MAGNITUDE) - m))
 
 
@@ -343,8 +343,9 @@ class AudioCodec(nn.Module):
         return StreamingDecoder(self, batch_size)
 
     def silence_codes(self) -> mx.array:
-        """NeMo's ``get_codec_silence_frame`` (docs/model.md §2.5.10): the most frequent code frame of 10 s of zeros padded
-        to whole frames; ties go to the frame seen first. For checkpoints without ``tts_model.codec_silence_tokens``.
+        """NeMo's ``get_codec_silence_frame`` (docs/model.md §2.5.10): the most frequent code frame of 10 s of zeros
+        padded to whole frames; ties go to the frame seen first. For checkpoints without
+        ``tts_model.codec_silence_tokens``.
 
         -> [Q] int32
         """

@@ -21,13 +21,14 @@ from ..errors import ConfigError
 def _token_id(cfg: ModelConfig, name: str) -> int:
     tid = getattr(cfg, f"{name}_id")
     if tid is None:
-        raise ConfigError(f"the {name} token id is not resolved; build the ModelConfig with config_formats.with_token_ids")
+        raise ConfigError(f"the {name} token id is not resolved; "
+                          "build the ModelConfig with config_formats.with_token_ids")
     return tid
 
 
 def text_logit_bias(cfg: ModelConfig) -> Optional[mx.array]:
-    """[V] offsets added to the text logits: ``inference_{pad,bos,eos}_boost`` at their ids (docs/model.md §1.2 F, added one
-    after another, so they accumulate when two ids coincide); None when no boost is set."""
+    """[V] offsets added to the text logits: ``inference_{pad,bos,eos}_boost`` at their ids (docs/model.md §1.2 F, added
+    one after another, so they accumulate when two ids coincide); None when no boost is set."""
     boosts = [(name, value) for name, value in (("pad", cfg.pad_boost), ("bos", cfg.bos_boost), ("eos", cfg.eos_boost))
               if value]
     if not boosts:
@@ -59,8 +60,8 @@ def _weighted(weight: float, x: mx.array) -> mx.array:
 
 def fuse(stt, cfg: ModelConfig, audio: mx.array, prev_text: mx.array,
          prev_function: Optional[mx.array] = None) -> mx.array:
-    """``w_text*E(text[t-1]) + w_user*audio[t] + w_func*E(func[t-1])`` (docs/model.md §1.2 D/F, BR's AddFusion); no function
-    term when ``stt.function_head`` is None (NeMo 3.0.0). ``prev_function`` None means pad.
+    """``w_text*E(text[t-1]) + w_user*audio[t] + w_func*E(func[t-1])`` (docs/model.md §1.2 D/F, BR's AddFusion); no
+    function term when ``stt.function_head`` is None (NeMo 3.0.0). ``prev_function`` None means pad.
 
     audio [B, L, hidden], prev ids [B, L] -> [B, L, hidden]"""
     x = _weighted(cfg.text_channel_weight, stt.embed_tokens(prev_text)) + _weighted(cfg.user_channel_weight, audio)

@@ -71,8 +71,8 @@ class LLMCache:
                 for name in ("conv", "ssm"):
                     buf = getattr(c, name)
                     value = getattr(src, name) if src.conv is not None else mx.zeros((1, *buf.shape[1:]), buf.dtype)
-                    setattr(c, name, mx.slice_update(buf, value.astype(buf.dtype), mx.array([row] + [0] * (buf.ndim - 1)),
-                                                     axes=tuple(range(buf.ndim))))
+                    start = mx.array([row] + [0] * (buf.ndim - 1))
+                    setattr(c, name, mx.slice_update(buf, value.astype(buf.dtype), start, axes=tuple(range(buf.ndim))))
             elif c is not None:
                 c.put([row], src)
         mx.eval(self.state)

@@ -28,7 +28,8 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # WebSocket frame limit (uvicorn's default
 # 1013 is "Try Again Later" in the IANA close-code registry (RFC 6455 §11.7); mlx-vlm uses it for its second
 # connection (docs/live.md §3)
 CLOSE_TRY_AGAIN_LATER = 1013
-CLOSE_POLICY_VIOLATION = 1008  # a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
+# a bad key (before accept uvicorn answers the upgrade with HTTP 403), a client not reading
+CLOSE_POLICY_VIOLATION = 1008
 LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine to free the model
 # A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
@@ -85,7 +86,8 @@ class Connection:
             await asyncio.sleep(left if left > 0 else seconds)
         if seconds:
             self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
-                                                         "that the model is free for others", kind="server_error"), None)
+                                                         "that the model is free for others", kind="server_error"),
+                        None)
             self.close(CLOSE_NORMAL, "idle timeout")
 
     def session(self) -> dict:

@@ -126,7 +126,8 @@ class ConvSubsampling(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 def context_reach(cfg: EncoderConfig, length: int) -> tuple[int, int]:
     """How far left and right of a query its context can reach: (max i - j, max j - i) over allowed pairs, capped at
-    length - 1. chunked_limited [L, R]: chunks of R + 1 frames, L // (R + 1) chunks to the left (docs/model.md §2.2.3)."""
+    length - 1. chunked_limited [L, R]: chunks of R + 1 frames, L // (R + 1) chunks to the left
+    (docs/model.md §2.2.3)."""
     left, right = cfg.att_context_size
     cap = max(length - 1, 0)
     if cfg.att_context_style == "chunked_limited" and right >= 0:
@@ -248,8 +249,8 @@ def skew_to_keys(by_distance: mx.array, span: int) -> mx.array:
 def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p: mx.array,
                        ctx: AttentionContext) -> mx.array:
     """softmax(((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(dk)) v with NeMo's masking: masked scores -10000,
-    masked probabilities zeroed, so a query outside the length gets exactly 0 (docs/model.md §2.2.3-4). Computed as scaled
-    dot-product attention of each query block over its key band, the position scores and the mask as its additive
+    masked probabilities zeroed, so a query outside the length gets exactly 0 (docs/model.md §2.2.3-4). Computed as
+    scaled dot-product attention of each query block over its key band, the position scores and the mask as its additive
     bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
     q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [H, dk, W] (distances left .. -right, the position keys
     laid out for the product: :meth:`RelPositionMultiHeadAttention.position_keys`) -> [B, T, H * dk]."""
@@ -346,7 +347,7 @@ def conv_norm(cfg: EncoderConfig) -> nn.Module:
 
 class ConformerConvolution(nn.Module):
     """pointwise_conv1 (d -> 2d) -> GLU -> padded frames zeroed -> causal depthwise conv (left pad kernel - 1) ->
-    norm -> SiLU -> pointwise_conv2 (docs/model.md §2.2.4). Pointwise convs are computed as Linears ([out, in] weights)."""
+    norm -> SiLU -> pointwise_conv2 (docs/model.md §2.2.4). Pointwise convs are Linears ([out, in] weights)."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -422,7 +423,7 @@ class ConformerEncoder(nn.Module):
         return self.layer_outputs(x, lengths)[-1], lengths
 
     def scale_input(self, x: mx.array) -> mx.array:
-        """NeMo's ``pos_enc`` scales the subsampled input by sqrt(d_model) when xscaling is on (docs/model.md §2.2.2)."""
+        """NeMo's ``pos_enc`` scales the subsampled input by sqrt(d_model) with xscaling on (docs/model.md §2.2.2)."""
         return x * math.sqrt(self.cfg.d_model) if self.cfg.xscaling else x
 
     def context(self, length: int, lengths: mx.array) -> AttentionContext:
@@ -512,7 +513,7 @@ def zero_rows_from(x: mx.array, start: int, length: Optional[int]) -> mx.array:
 class SubsamplingStream:
     """``pre_encode`` over mel rows that arrive in pieces. Each stride-2 conv keeps the input rows its next output
     still needs (first its causal left padding of zeros); ``push(..., end=L)`` adds the right padding and NeMo's
-    zeroing of rows at and past each layer's valid length (docs/model.md §2.2.1), so pieces give the rows of the whole."""
+    zeroing of rows at and past each layer's valid length (docs/model.md §2.2.1): pieces give the whole's rows."""
 
     def __init__(self, sub: ConvSubsampling):
         self.sub = sub
@@ -583,7 +584,8 @@ class SubsamplingStream:
         count = (rows.shape[1] - k) // s + 1 if rows.shape[1] >= k else 0
         held = rows[:, count * s:]
         if count == 0:
-            return mx.zeros((1, 0, strided_length(rows.shape[2], self.sub.causal), layer.weight.shape[0]), rows.dtype), held
+            width = strided_length(rows.shape[2], self.sub.causal)
+            return mx.zeros((1, 0, width, layer.weight.shape[0]), rows.dtype), held
         used = rows[:, :(count - 1) * s + k]
         return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), held
 
@@ -591,8 +593,8 @@ class SubsamplingStream:
 @dataclass
 class LayerCache:
     """One conformer layer's memory in a stream: the keys and values of the last ``left`` frames [1, H, left, dk]
-    (zeros before the first frame, masked), the last kernel - 1 inputs of the depthwise conv (zeros at first), and the layer's
-    position keys for the stream's reach."""
+    (zeros before the first frame, masked), the last kernel - 1 inputs of the depthwise conv (zeros at first), and the
+    layer's position keys for the stream's reach."""
 
     keys: mx.array
     values: mx.array

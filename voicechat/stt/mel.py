@@ -108,15 +108,15 @@ class Featurizer(nn.Module):
         return self.pad_frames(features, frame_lengths), frame_lengths
 
     def pre_emphasis(self, audio: mx.array, lengths: mx.array) -> mx.array:
-        """x'[0] = x[0], x'[n] = x[n] - preemph * x[n - 1]; samples at and past the length zeroed (docs/model.md §2.1.3)."""
+        """x'[0] = x[0], x'[n] = x[n] - preemph * x[n - 1]; samples from the length on zeroed (docs/model.md §2.1.3)."""
         emphasized = mx.concatenate([audio[:, :1], audio[:, 1:] - self.cfg.preemph * audio[:, :-1]], axis=1)
         inside = mx.arange(audio.shape[1])[None, :] < lengths[:, None]
         return mx.where(inside, emphasized, 0.0)
 
     def log_mel(self, frames: mx.array) -> mx.array:
         """STFT frames of the pre-emphasized signal [B, T, n_fft] -> log-mel [B, T, F]: the window centred in n_fft,
-        one-sided FFT, |X| ** mag_power, Slaney mel, log(x + guard) (docs/model.md §2.1.4-7). float32 like NeMo: in bins 60 dB
-        below their frame, float32 FFT rounding (ours and NeMo's MKL one) reaches ~1e-4 in the log domain."""
+        one-sided FFT, |X| ** mag_power, Slaney mel, log(x + guard) (docs/model.md §2.1.4-7). float32 like NeMo: in bins
+        60 dB below their frame, float32 FFT rounding (ours and NeMo's MKL one) reaches ~1e-4 in the log domain."""
         cfg = self.cfg
         left = (cfg.n_fft - cfg.win_length) // 2
         window = mx.pad(self.window, [(left, cfg.n_fft - cfg.win_length - left)])
@@ -151,10 +151,10 @@ class Preprocessor(nn.Module):
 
 class MelStream:
     """The log-mel columns of a signal that arrives in pieces, each computed once, when the samples of its STFT frame
-    are all in: column j spans samples [hop j - n_fft / 2, hop j + n_fft / 2) (docs/model.md §2.1.4). ``finish`` ends the signal
-    the way NeMo ends a recording: the pre-emphasized samples past its end are zero, the centred STFT's frames run to
-    1 + N // hop, and the columns at and past the valid length N // hop are ``pad_value`` (docs/model.md §2.1.9). So the
-    columns of pieces pushed and then finished are those of the whole recording at once."""
+    are all in: column j spans samples [hop j - n_fft / 2, hop j + n_fft / 2) (docs/model.md §2.1.4). ``finish`` ends
+    the signal the way NeMo ends a recording: the pre-emphasized samples past its end are zero, the centred STFT's
+    frames run to 1 + N // hop, and the columns at and past the valid length N // hop are ``pad_value``
+    (docs/model.md §2.1.9). So the columns of pieces pushed, then finished, are those of the whole recording."""
 
     def __init__(self, featurizer: Featurizer):
         cfg = featurizer.cfg
@@ -198,7 +198,7 @@ class MelStream:
 
     def columns(self, raw, first, count: int, end) -> mx.array:
         """``count`` columns from raw samples [N] (absolute index ``first - 1`` on: one more on the left for the
-        pre-emphasis) of a signal that ends at ``end`` (the pre-emphasized samples at and past it are 0). -> [count, F]"""
+        pre-emphasis) of a signal that ends at ``end`` (the pre-emphasized samples from it on are 0). -> [count, F]"""
         if count == 0:
             return mx.zeros((0, self.featurizer.cfg.features))
         return compute.entry(self.rows_columns(mx.array(raw)[None], mx.array(first), count, mx.array(end)), 0)

@@ -1,4 +1,4 @@
-"""Speech input path: ``stt_model.perception.*`` = log-mel preprocessor -> FastConformer -> ``proj`` (docs/model.md §2.2.5).
+"""Speech input, ``stt_model.perception.*``: log-mel preprocessor -> FastConformer -> ``proj`` (docs/model.md §2.2.5).
 
 The modality adapter of this model is NeMo's IdentityConnector (no weights), so the encoder output goes straight
 into ``proj``, a Linear d_model -> LLM width with bias.

@@ -1,7 +1,7 @@
-"""RNNT user-transcript head (BR/TRT only, docs/model.md §2.3): ``stt_model.rnnt_decoder.*`` and ``stt_model.rnnt_joint.*``,
-NeMo's RNNTDecoder (embedding + LSTM prediction network) and RNNTJoint, with NeMo's greedy decoding run one encoder
-frame at a time (docs/model.md §1.2 J: the duplex loop feeds one ``asr_emb`` frame per 80 ms step and carries the
-hypothesis), and NVIDIA's transcript normalisation.
+"""RNNT user-transcript head (BR/TRT only, docs/model.md §2.3): ``stt_model.rnnt_decoder.*`` and
+``stt_model.rnnt_joint.*``, NeMo's RNNTDecoder (embedding + LSTM prediction network) and RNNTJoint, with NeMo's greedy
+decoding run one encoder frame at a time (docs/model.md §1.2 J: the duplex loop feeds one ``asr_emb`` frame per 80 ms
+step and carries the hypothesis), and NVIDIA's transcript normalisation.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class RNNTDecoder(nn.Module):
 
 class RNNTJoint(nn.Module):
     """``stt_model.rnnt_joint``: logits = joint_net(enc(f) + pred(g)), ``joint_net`` = [ReLU, Dropout?, Linear] as
-    NeMo's Sequential, so the Linear is ``joint_net.2`` when the ASR config had joint dropout > 0 (docs/model.md §2.3)."""
+    NeMo's Sequential, so the Linear is ``joint_net.2`` when the ASR config had joint dropout (docs/model.md §2.3)."""
 
     def __init__(self, cfg: RNNTConfig):
         super().__init__()
@@ -128,8 +128,8 @@ class RNNTState:
 
 
 class RNNTGreedy:
-    """NeMo's ``GreedyRNNTInfer._greedy_decode`` for one frame at a time with a carried hypothesis (docs/model.md §2.3): at
-    each frame, up to ``max_symbols`` times: run the prediction network on the last token (start of sequence: zero
+    """NeMo's ``GreedyRNNTInfer._greedy_decode`` for one frame at a time with a carried hypothesis (docs/model.md §2.3):
+    at each frame, up to ``max_symbols`` times: run the prediction network on the last token (start of sequence: zero
     input, zero state), take the argmax of the joint; blank ends the frame, any other id is emitted and its state
     committed."""
 
@@ -145,7 +145,8 @@ class RNNTGreedy:
     def first_joints(self, states: list[RNNTState], enc_frames: mx.array) -> tuple[mx.array, mx.array]:
         """The joint input and the argmax of the first joint call of one frame for each of n hypotheses, in one call
         and lazily (a loop evaluates them with the rest of its frame; a group's rows together): the prediction
-        networks that a symbol moved run first (one call). enc_frames [n, encoder_hidden] -> (enc(f) [n, J], ids [n])."""
+        networks that a symbol moved run first (one call). enc_frames [n, encoder_hidden] ->
+        (enc(f) [n, J], ids [n])."""
         moved = [s for s in states if s.prediction is None]
         if moved:
             predicted = self.decoder.predict_rows([s.last_token for s in moved], [s.lstm_state for s in moved])

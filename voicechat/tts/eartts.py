@@ -1,4 +1,4 @@
-"""EAR-TTS speech generator ``RVQEARTTSModel`` (``tts_model.tts_model.*``, docs/model.md §2.5): warm-up and per-frame step.
+"""EAR-TTS speech generator ``RVQEARTTSModel`` (``tts_model.tts_model.*``, docs/model.md §2.5): warm-up, frame step.
 
 One session (batch 1) runs the backbone on two rows, [conditional; unconditional] (classifier-free guidance):
 the conditioning of row 1 is ``null_emb`` everywhere. A step embeds the previous frame's 31 codes and the current
@@ -27,9 +27,11 @@ from .mog import Filters, KeyNoise, MoGHead, NoiseSource
 from .subword import CharAwareSubwordEncoder, CharTable, flag_tables
 
 # NeMo builds the fusion as GatedProjectedSumRMSNorm(H, H, H, num_quantizers): the 4th positional argument is
-# `final_norm`, so `num_codebooks` keeps its default 31 and the audio embedding is always divided by 31 (docs/model.md §2.5.4).
+# `final_norm`, so `num_codebooks` keeps its default 31 and the audio embedding is always divided by 31
+# (docs/model.md §2.5.4).
 FUSION_AUDIO_DIVISOR = 31
-WARMUP_LEADING_TEXT_FRAMES = 1  # docs/model.md §2.5.9: text prompt [eos] only (no TTS system prompt), one frame of silence
+# docs/model.md §2.5.9: text prompt [eos] only (no TTS system prompt), one frame of silence
+WARMUP_LEADING_TEXT_FRAMES = 1
 WARMUP_SILENT_TAIL_FRAMES = 2  # docs/model.md §2.5.9: last 2 prompt frames zeroed
 
 
@@ -46,8 +48,8 @@ def unmasking_schedule(num_quantizers: int, num_iterations: int, exponent: float
 
 
 def depthsum(codebooks: mx.array, code: mx.array) -> mx.array:
-    """Sum over codebooks q of ``codebooks[q][code_q]``; code K (speech pad / not yet decided) adds zero (docs/model.md §2.5.4).
-    codebooks [Q, K, D], code [..., Q] -> [..., D]"""
+    """Sum over codebooks q of ``codebooks[q][code_q]``; code K (speech pad / not yet decided) adds zero
+    (docs/model.md §2.5.4). codebooks [Q, K, D], code [..., Q] -> [..., D]"""
     num_q, size = codebooks.shape[:2]
     picked = codebooks[mx.arange(num_q), mx.minimum(code, size - 1)]  # [..., Q, D]
     return (picked * (code < size)[..., None].astype(picked.dtype)).sum(axis=-2)
@@ -213,7 +215,8 @@ class RVQEARTTSModel(nn.Module):
 
     def conditioning(self, subword_ids, subword_mask: np.ndarray) -> mx.array:
         """[1, T] ids (host or device) and host mask -> [2, T, H]: row 0 the subword embeddings (zero when no mask is
-        True: NeMo then skips the encoder and the flags), row 1 ``null_emb`` (docs/model.md §2.5.3 ``_prepare_conditioning``)."""
+        True: NeMo then skips the encoder and the flags), row 1 ``null_emb``
+        (docs/model.md §2.5.3 ``_prepare_conditioning``)."""
         h = self.null_emb.shape[0]
         if np.any(subword_mask):
             cond = self.embed_subword(subword_ids, subword_mask)
@@ -229,8 +232,8 @@ class RVQEARTTSModel(nn.Module):
 
     # -- warm-up -----------------------------------------------------------------------------------------------
     def warmup_code_embeds(self, inputs: WarmupInputs, latent: Optional[mx.array] = None) -> mx.array:
-        """docs/model.md §2.5.5: embed the codes shifted right by one frame (frame 0 gets code 0, not the pad); before the BOS
-        frame use the speaker latent (or, without one, the frozen projection of the code embeddings) when
+        """docs/model.md §2.5.5: embed the codes shifted right by one frame (frame 0 gets code 0, not the pad); before
+        the BOS frame use the speaker latent (or, without one, the frozen projection of the code embeddings) when
         ``use_audio_prompt_frozen_projection``; add ``bos_emb`` at the BOS frame. -> [1, T, H]"""
         code = np.asarray(inputs.code)
         shifted = np.concatenate([np.zeros_like(code[:1]), code[:-1]])

@@ -21,7 +21,7 @@ from ..config import GemmaConfig
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 class Gemma3Attention(nn.Module):
-    """GQA attention with per-head q/k RMSNorm before RoPE, scale ``query_pre_attn_scalar^-0.5`` (docs/model.md §2.5.2)."""
+    """GQA attention, per-head q/k RMSNorm before RoPE, scale ``query_pre_attn_scalar^-0.5`` (docs/model.md §2.5.2)."""
 
     def __init__(self, cfg: GemmaConfig, rope_base: float):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Small layers shared by the EAR-TTS networks (Gemma-3 backbone, T5Gemma char encoder, MoG head), docs/model.md §2.5.1."""
+"""Layers shared by the EAR-TTS networks (Gemma-3 backbone, T5Gemma char encoder, MoG head), docs/model.md §2.5.1."""
 
 from __future__ import annotations
 

@@ -169,7 +169,8 @@ class MoGHead(nn.Module):
         low = (rows @ x[..., None])  # [B, r, 1]
         return (self.low_mat[component] @ low)[..., 0]
 
-    def infer(self, x: mx.array, guidance_scale: Optional[mx.array], choose, gumbel: mx.array) -> tuple[mx.array, mx.array]:
+    def infer(self, x: mx.array, guidance_scale: Optional[mx.array], choose,
+              gumbel: mx.array) -> tuple[mx.array, mx.array]:
         """``MoGHead.infer``: x [2B, H] ([cond; uncond]) with ``guidance_scale`` (one per row [B, 1]), else [B, H]
         -> (mean, log std) [B, out], [B, 1]; ``choose(logits [B, N] float32)`` filters each row's component logits,
         ``gumbel`` [B, N] is the component noise."""

@@ -24,7 +24,8 @@ from ..config import CharEncoderConfig
 from ..errors import ConfigError
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
-CHAR_VOCAB_SIZE = 256  # docs/model.md §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
+# docs/model.md §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
+CHAR_VOCAB_SIZE = 256
 WORD_START_PREFIXES = ("Ġ", "▁", "<")  # docs/model.md §2.5.3: tokens starting with these are not continuations
 
 
@@ -235,7 +236,8 @@ class CharAwareSubwordEncoder(nn.Module):
         True, zero elsewhere, then the flag embeddings at every position. The ids are spelled on the device (all
         subwords padded to the longest token), so an id the LLM computed there needs no trip to the host."""
         if self.char_table is None:
-            raise RuntimeError("CharAwareSubwordEncoder has no char table (set_char_table(CharTable.from_vocab(vocab)))")
+            raise RuntimeError("CharAwareSubwordEncoder has no char table "
+                               "(set_char_table(CharTable.from_vocab(vocab)))")
         ids = mx.array(subword_ids).astype(mx.int32)
         mask = mx.array(subword_mask).astype(mx.bool_)
         table, lengths = self.spelling()

@@ -1,11 +1,12 @@
 """The record-and-run answer, heard while it is generated: the handler opens an :class:`AnswerStream` when its run
 starts, pushes each frame's new samples (``engine.Event.frame.audio``) and ends it; the page's player
-(voicechat/webui/static/stream.js, the Talk live tab's player and jitter buffer) reads it over ``WS /live/answer/{token}``.
+(voicechat/webui/static/stream.js, the Talk live tab's player and jitter buffer) reads it over
+``WS /live/answer/{token}``.
 
 A stream plays as it comes only on a machine that keeps up: after its first frames it decides, from the engine's
-clock at each of them, between ``live`` (each frame goes out as it is made) and ``whole`` (slower than real time: playing frames as they
-trickle in would stutter, so the answer goes out, and plays, once it is complete). Either way no sample is dropped
-(the player's overflow rule is off for an answer).
+clock at each of them, between ``live`` (each frame goes out as it is made) and ``whole`` (slower than real time:
+playing frames as they trickle in would stutter, so the answer goes out, and plays, once it is complete). Either way no
+sample is dropped (the player's overflow rule is off for an answer).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The page (voicechat/webui/static/live.js) speaks the OpenAI Realtime protocol to the app's own ``/v1/realtime``
 (voicechat/realtime/, mounted here beside the Gradio page): the microphone goes out as 24 kHz PCM16 from an
-AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (voicechat/webui/static/jitter.js). This
-module serves those files and what the page asks the server:
+AudioWorklet, the answer comes back and plays through an AudioWorklet jitter buffer (voicechat/webui/static/jitter.js).
+This module serves those files and what the page asks the server:
 
     GET  /live/status              the model, this machine's measured speed (keeps up with real time or not), busy, the
                                    voices of the library
@@ -64,7 +64,7 @@ SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up f
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
 SPEED_BUDGET_S = 20.0  # ... or fewer once this much compute has been spent (a slow machine; at least 4 frames)
 SPEED_ROUNDS = 3  # a round that does not keep up is measured again (the best round counts), up to this many, ...
-SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no moment of load elsewhere makes a machine 4x slower)
+SPEED_RETRY_BELOW_MS = 4 * FRAME_MS  # ... unless it is this slow (no load elsewhere makes a machine 4x slower)
 SPEED_RETRY_PAUSE_S = 1.0  # ... a pause between rounds (the page that asked is often still loading)
 KEEP_CONVERSATIONS = 3  # finished conversations kept in memory until saved
 SAVE_WAIT_S = 60.0  # how long a save waits for the engine to let go of the conversation
@@ -164,7 +164,8 @@ class SpeedCheck:
             return None
         frames = SPEED_WARMUP + SPEED_FRAMES
         for _ in range(frames + 1):  # one frame per message: the engine reports (and can stop) after each; one more
-            live.send(np.zeros(round(FRAME_SECONDS * INPUT_SAMPLE_RATE), np.float32), INPUT_SAMPLE_RATE)  # for the mel's look-ahead
+            # for the mel's look-ahead
+            live.send(np.zeros(round(FRAME_SECONDS * INPUT_SAMPLE_RATE), np.float32), INPUT_SAMPLE_RATE)
         seconds, error = [], ""
         for event in live:
             if event.kind == eng.FRAMES:

@@ -22,7 +22,6 @@ from typing import Sequence
 
 import numpy as np
 
-from voicechat.answer import held_positions
 
 USER_COLOR, ASSISTANT_COLOR, FUNCTION_COLOR, TURN_COLOR = "#3b82f6", "#f97316", "#a855f7", "#16a34a"
 LABEL_W = 92  # the row-label column (px)
@@ -230,7 +229,7 @@ def timeline_html(answer, user_audio: np.ndarray, user_rate: int) -> str:
     chans = channels(answer, span, rows_end)
     height = chans[-1].y + chans[-1].height + 4
     heard = heard_recording(np.asarray(user_audio, np.float32), user_rate, r.frame_seconds, span.recording_start,
-                            held_positions(r.tool_calls, span.end))
+                            set(r.held_positions))
     waves = (("user", "You", USER_COLOR, heard, user_rate, span.recording_start),
              ("assistant", "Assistant", ASSISTANT_COLOR, np.asarray(r.audio, np.float32), r.sample_rate,
               r.first_frame))
@@ -268,8 +267,8 @@ def overview(answer, span: Span, waves) -> str:
             out.append(f'<path d="{marks}" stroke="{color}" stroke-opacity=".6" vector-effect="non-scaling-stroke"/>')
     for call in r.tool_calls:  # the whole exchange, call and response, on the marks row
         out.append(f'<rect x="{call.call_start - span.start}" y="{marks_y}" '
-                   f'width="{exchange_end(call) - call.call_start}" height="{OVERVIEW_MARKS_H}" fill="{FUNCTION_COLOR}" '
-                   f'fill-opacity=".45"/>')
+                   f'width="{exchange_end(call) - call.call_start}" height="{OVERVIEW_MARKS_H}" '
+                   f'fill="{FUNCTION_COLOR}" fill-opacity=".45"/>')
     for frames, dash in ((answer.turn_starts, ""), (answer.turn_ends, "3 3")):
         for p in frames:
             out.append(f'<path d="M{p - span.start} 0V{h}" stroke="{TURN_COLOR}" stroke-width="1.5" '
@@ -289,7 +288,7 @@ def shading(span: Span, r, x, top: float, bottom: float, user_row: tuple, labels
     ``x`` maps a position to the drawing's x."""
     out = []
     rec_end = span.recording_start + r.input_frames
-    for p in sorted(held_positions(r.tool_calls, span.end)):  # the recording's frames that waited came later
+    for p in sorted(set(r.held_positions)):  # the recording's frames that waited came later
         rec_end += p < rec_end
     if span.start < span.recording_start:
         out.append(region(x(span.start), x(span.recording_start), top, bottom, "system prompt" if labels else ""))
