@@ -5,8 +5,8 @@ The model is `ScriptedModel`, a stand-in that follows voicechat's model contract
 config=, progress=, group=)``, whose ``advance()`` the engine calls between ticks until the run is over, then
 ``result()`` -> ``Result``; progress after every position, the prompt's included, with the session's ``Frame``) with a
 fixed answer, so the engine (and, in test_app.py / test_browser.py, the UI) can be tested without MLX work. Its
-frames can be held by a semaphore, so a test decides exactly how far a job gets. The record-and-run parts run on the real tiny
-model too (the demo checkpoint, at the end).
+frames can be held by a semaphore, so a test decides exactly how far a job gets. The record-and-run parts run on
+the real tiny model too (the demo checkpoint, at the end).
 """
 
 from __future__ import annotations
