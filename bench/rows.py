@@ -160,7 +160,8 @@ def qmm_shape(n_out: int, n_in: int, layers: int, runs: int) -> list[dict]:
 
 
 def print_rows(results: list[dict]) -> None:
-    print(f"{'part':20s}" + "".join(f" {'R=' + str(r['rows']) + ' p50':>11s} {'p90':>7s} {'nodes':>6s}" for r in results))
+    heads = (f" {'R=' + str(r['rows']) + ' p50':>11s} {'p90':>7s} {'nodes':>6s}" for r in results)
+    print(f"{'part':20s}" + "".join(heads))
     for name in PARTS:
         if not any(name in r["parts"] for r in results):
             continue
@@ -169,7 +170,8 @@ def print_rows(results: list[dict]) -> None:
             p = r["parts"].get(name)
             line += f" {p['p50']:11.2f} {p['p90']:7.2f} {p['nodes']:6d}" if p else f" {'-':>11s} {'-':>7s} {'-':>6s}"
         print(line)
-    print(f"{'whole tick':20s}" + "".join(f" {r['tick']['p50']:11.2f} {r['tick']['p90']:7.2f} {'':6s}" for r in results),
+    ticks = (f" {r['tick']['p50']:11.2f} {r['tick']['p90']:7.2f} {'':6s}" for r in results)
+    print(f"{'whole tick':20s}" + "".join(ticks),
           flush=True)
 
 

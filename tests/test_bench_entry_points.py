@@ -87,7 +87,8 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
 
 
 def test_group_exactness_benchmark_compares_each_conversation(tmp_path):
-    out = run("-m", "bench.group_exactness", "--model", TINY, "--sessions", 3, "--frames", 6, "--json", tmp_path / "e.json")
+    out = run("-m", "bench.group_exactness", "--model", TINY, "--sessions", 3, "--frames", 6,
+              "--json", tmp_path / "e.json")
     assert "max |encoder|" in out
     r = json.loads((tmp_path / "e.json").read_text())
     assert [c["seed"] for c in r["conversations"]] == [0, 1, 2]

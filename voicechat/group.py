@@ -460,7 +460,8 @@ class SessionGroup:
                 prev = mx.where(((text_id == c.eos_id) & speaking)[:, None], self.silence[None], prev)
             model = self.tts.tts_model
             hidden = model.step_hidden(self.tts_state, prev, text_id, active=speak)
-            t1 = clock.stage("tts backbone", t0, hidden, *[a for cache in self.tts_state.caches for a in cache.arrays()])
+            caches = [a for cache in self.tts_state.caches for a in cache.arrays()]
+            t1 = clock.stage("tts backbone", t0, hidden, *caches)
             gumbels, normals = self._draws(rows, speak)
             first = rows[0][1].session.settings
             settings = [self.members[r].settings if speak[r] else first for r in range(self.rows)]
