@@ -43,8 +43,10 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     assert "largest N with tick p95" in out
     r = json.loads((tmp_path / "s.json").read_text())
     assert [row["sessions"] for row in r["rows"]] == [1, 3]
-    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["join"]["n"] == row["sessions"]
+    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["set_up"]["n"] == row["sessions"]
                and row["graph_nodes_per_tick"] > 0 for row in r["rows"])
+    # a lone conversation holds nobody back; each later one's stages (warm-up, prefill) stall ticks of the others
+    assert [row["join"]["n"] > 0 for row in r["rows"]] == [False, True]
     bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "at least 1" in bad.stderr
@@ -57,6 +59,7 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     (["bench.split", "--model", TINY], "session frame (80 ms feed)"),
     (["bench.kernels", "--steps", 3, "--evaluations", 1], "feed-forward pair"),
     (["bench.perception_rows", TINY, "--sessions", "1,3", "--ticks", 3], "rows nodes"),
+    (["bench.joins", TINY, "--running", 1, "--prompts", "1,40", "--rounds", 1], "whole set-up"),
     (["bench.side_by_side", "--worker", "--ckpt", TINY, "--frames", 4, "--runs", 1], '"engine": "voicechat"'),
 ], ids=lambda v: v if isinstance(v, str) and v.startswith("bench.") else None)
 def test_lab_benchmark_runs_on_the_tiny_model(args, says):

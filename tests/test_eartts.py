@@ -150,6 +150,20 @@ def test_checkpoint_without_flag_buffers():
         model.set_text_vocab({"a": 0, "b": 1, "c": 2}, None, None, fill_flag_tables=True)
 
 
+def test_warmup_in_pieces_of_layers_is_the_one_forward():
+    """A joining conversation's set-up runs the warm-up forward a few layers a stage (voicechat/session.py
+    ``_set_up``): each piece evaluated before the next, the caches are those of the one forward, bit for bit."""
+    model, weights, _ = checkpoint("tiny_model_aria")
+    inputs = recorded_warmup(reference("greedy_aria"))
+    whole, _ = model.warmup(inputs, speaker_latent(weights))
+    state, x = model.warmup_state(), model.warmup_input(inputs, speaker_latent(weights))
+    for i in range(len(model.backbone.layers)):
+        x = model.backbone.through(x, state.caches, range(i, i + 1))
+        mx.eval(x, state.arrays())
+    assert len(model.backbone.layers) > 1 and state.position == whole.position == 37
+    assert all(np.array_equal(np.array(a), np.array(b)) for a, b in zip(state.arrays(), whole.arrays()))
+
+
 def test_warmup_leaves_caches_evaluated():
     model, weights, _ = checkpoint("tiny_model_aria")
     state, _ = model.warmup(recorded_warmup(reference("greedy_aria")), speaker_latent(weights))

@@ -8,7 +8,7 @@ import mlx.nn as nn
 
 from voicechat.checkpoint import fit_layout
 from voicechat.benchmarks import op_histogram
-from voicechat.layers import CausalDepthwiseConv, Linear
+from voicechat.layers import CausalDepthwiseConv, Linear, QuantizedLinear
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -51,3 +51,29 @@ def test_linear_is_torch_linear_without_addmm(bias):
     parent.proj = Linear(128, 96, bias=bias)
     nn.quantize(parent, group_size=64, bits=4)
     assert isinstance(parent.proj, nn.QuantizedLinear) and ("bias" in parent.proj) == bias
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_quantized_linear_takes_a_groups_rows_as_one_product(bias):
+    """Quantized, ``Linear`` becomes :class:`QuantizedLinear`: a [B, 1, K] decode input (a group's rows) goes to MLX as
+    one [B, K] product (on CUDA a batched input is B one-row products: docs/platform.md §9), and each row's numbers are
+    its own one-row product's and MLX's ``nn.QuantizedLinear``'s, bit for bit on the CPU; a prompt's [1, T, K] too."""
+    rng = np.random.default_rng(4)
+    parent = nn.Module()
+    parent.proj = Linear(128, 96, bias=bias)
+    parent.proj.weight = mx.array(rng.normal(size=(96, 128)).astype(np.float32))
+    if bias:
+        parent.proj.bias = mx.array(rng.normal(size=(96,)).astype(np.float32))
+    reference = nn.QuantizedLinear.from_linear(parent.proj, 64, 4)
+    nn.quantize(parent, group_size=64, bits=4)
+    layer = parent.proj
+    assert type(layer) is QuantizedLinear
+    for shape in ((8, 1, 128), (1, 5, 128)):
+        x = mx.array(rng.normal(size=shape).astype(np.float32))
+        y = layer(x)
+        assert y.shape == (*shape[:-1], 96)
+        assert [n for n in op_histogram(y) if "Quantized" in n] == ["QuantizedMatmul"]
+        np.testing.assert_array_equal(np.array(y), np.array(reference(x)))
+        rows = np.concatenate([np.array(layer(x[i:i + 1, j:j + 1])).reshape(1, 96)
+                               for i in range(shape[0]) for j in range(shape[1])])
+        np.testing.assert_array_equal(np.array(y).reshape(-1, 96), rows)

@@ -57,6 +57,7 @@ class Model:
         self.directory = directory
         self._warmup_codes: dict = {}
         self._silence: Optional[mx.array] = None
+        self._warmup_cond: dict = {}
 
     # -- speaker ---------------------------------------------------------------------------------------------
     def speakers(self) -> list[str]:
@@ -109,6 +110,15 @@ class Model:
             wave = warmup_waveform(audio, n, cfg.codec.samples_per_frame)
             self._warmup_codes[key] = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
         return self._warmup_codes[key]
+
+    def _warmup_conditioning(self, inputs) -> mx.array:
+        """The TTS warm-up's conditioning, the same for every conversation (its subword inputs depend on the frame
+        count alone): computed once per model, so a joining conversation's set-up skips it."""
+        frames = len(inputs.subword_ids)
+        if frames not in self._warmup_cond:
+            self._warmup_cond[frames] = self.net.tts_model.tts_model.warmup_conditioning(inputs)
+            mx.eval(self._warmup_cond[frames])
+        return self._warmup_cond[frames]
 
     def _tool_silence(self) -> mx.array:
         """What a tool exchange's positions hear: the speech encoder's first frame for one second of zeros, the
@@ -229,7 +239,7 @@ class Model:
             for _ in range(WARM_FRAMES):
                 for session in opened:
                     session.push(frame, self.config.input_sample_rate)
-                while any(session._ready() for session in opened):
+                while any(session.setting_up or session._ready() for session in opened):
                     group.step()
         for session in opened:
             session.close()

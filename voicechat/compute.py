@@ -128,14 +128,20 @@ def affine(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
 
 
 def product(x: mx.array, weight: mx.array) -> mx.array:
-    """``x @ weight`` for x [..., C] and weight [C, N]. Where x holds several rows for each of several
-    conversations ([B, T, C], B and T > 1: a group's codec frames or subword spellings), each conversation's rows
-    are their own product (a batched matmul over a broadcast weight), so that its numbers do not depend on the others:
-    OpenBLAS rounds a product's row by the row count (docs/batching.md: row 0 of a [36, 256] x [256, 64] product
-    differs from the [9, 256] one). One row per conversation stays one product of all rows."""
-    if x.ndim == 3 and x.shape[0] > 1 and x.shape[1] > 1:
+    """``x @ weight`` for x [..., C] and weight [C, N]. Where x holds the rows of several conversations ([B, T, C],
+    B > 1: a group's rows), each conversation's rows are their own product (a batched matmul over a broadcast
+    weight), so that its numbers do not depend on the others': OpenBLAS rounds a product's row by the product's row
+    count, in ways that differ between CPUs (docs/batching.md §3). With one row per conversation ([B, 1, C]) that is
+    so on the CPU only: a GPU's kernels round by the row count as well, whatever the grouping, and one product over
+    the rows is where a GPU's throughput comes from (docs/platform.md §9)."""
+    if x.ndim == 3 and x.shape[0] > 1 and (x.shape[1] > 1 or not on_gpu()):
         return x @ mx.broadcast_to(weight, (x.shape[0], *weight.shape))
     return x @ weight
+
+
+def row_product(x: mx.array, weight: mx.array) -> mx.array:
+    """:func:`product` of x [n, C] whose rows are n conversations' (one each: a group's transcripts)."""
+    return product(x[:, None], weight)[:, 0]
 
 
 class CompiledFunctions:

@@ -296,7 +296,7 @@ class LiveJob(Job):
         self._announce_ready()
 
     def _announce_ready(self) -> None:
-        if not self._ready_sent and not self.session.prompt_inputs:
+        if not self._ready_sent and self.session.started:
             self._ready_sent = True
             self._emit(LiveEvent(READY, setup_seconds=time.perf_counter() - self._opened,
                                  prompt_frames=self.session.prompt_frames))
@@ -307,8 +307,8 @@ class LiveJob(Job):
         session = self.session
         messages = self._messages()
         while messages and not (self.cancel_requested or session.ended):
-            if messages[0][0] == "flush" and session._ready():
-                return  # the positions heard so far run in the ticks first, as they would have without the flush
+            if messages[0][0] == "flush" and (session._ready() or session.setting_up):
+                return  # the set-up and the positions heard so far run in the ticks first, as without the flush
             message = messages.popleft()
             if message[0] == "audio":
                 session.push(message[1], message[2])
@@ -559,7 +559,7 @@ class Engine:
                 self._stop(job, Event(CANCELLED, done=job._reached[0],
                                       message=f"Cancelled after {job._reached[0]} of {job._reached[1]} frames."))
         idle = all(job.input.session.waits_for_tool() for job in self._recordings)
-        if not ticked and idle and not any(live.session._ready() for live in self._lives):
+        if not ticked and idle and not any(live.session._ready() or live.session.setting_up for live in self._lives):
             self._wake.wait(0.05)
             self._wake.clear()
 

@@ -177,6 +177,7 @@ class SessionGroup:
         self.stt, self.tts = model.net.stt_model, model.net.tts_model
         self.max_sessions = int(max_sessions)
         self.members: list = []  # the conversation of each row, None where a row is free
+        self.joining: deque = deque()  # the conversations whose set-up stages are still to run, in order of asking
         self.running: deque = deque()  # ticks queued on the device, oldest first
         self.finished_at = 0.0  # perf_counter when the last tick was read
         c = self.cfg
@@ -197,8 +198,9 @@ class SessionGroup:
 
     # -- membership ---------------------------------------------------------------------------------------------
     def session(self, system_prompt: str = "", seed: int = 0, speaker=None, config=None, tools=()):
-        """A conversation in this group (:class:`~voicechat.session.Session`): its prompt positions run in the next
-        ticks, one per tick, beside the other conversations' positions."""
+        """A conversation in this group (:class:`~voicechat.session.Session`), at once: its row is taken now
+        (:class:`SessionsFull` if none can be had), its set-up's stages run in the next ticks, one a tick, then its
+        prompt's positions, one a tick, beside the other conversations' positions. Audio pushed meanwhile waits."""
         from .session import Session
 
         return Session(self.model, system_prompt, seed, speaker, config, tools, group=self)
@@ -217,14 +219,37 @@ class SessionGroup:
         self.members.append(None)
         return len(self.members) - 1
 
-    def join(self, session, prompt_state: lm.LMState, tts_warm, prev_code: mx.array, frame0: mx.array) -> int:
-        """Give ``session`` a row: its prompt's LLM state, its TTS warm-up caches and key, a fresh codec stream,
-        pad ids. Runs between ticks (evaluated here)."""
+    def admit(self, session) -> int:
+        """Admission, as ``session`` asks: a row for it (grown into when needed), or :class:`SessionsFull`. The
+        row is its own from now on; its state is written when its set-up joins it (:meth:`join`)."""
         row = self._free_row()
         rows = grown_rows(self.rows, row, self.max_sessions)
         self._check_memory(rows)
         if rows > self.rows:
+            self.finish_running()
             self._grow(rows)
+        self.members[row] = session
+        return row
+
+    def set_up_stage(self):
+        """One stage of the first joining conversation's set-up (``Session._set_up``), between two ticks; all of its
+        stages while no conversation that has joined is open (no tick to hold back). -> that conversation, or None
+        when none is setting up."""
+        if not self.joining:
+            return None
+        session = self.joining[0]
+        while next(session.set_up, StopIteration) is not StopIteration:
+            if any(m is not None and not m.setting_up for m in self.members):
+                return session
+        session.set_up = None
+        self.joining.popleft()
+        return session
+
+    def join(self, session, prompt_state: lm.LMState, tts_warm, prev_code: mx.array, frame0: mx.array) -> None:
+        """``session``'s set-up into its row: its prompt's LLM state, its TTS warm-up caches and key, a fresh codec
+        stream, pad ids (evaluated here, with no tick queued)."""
+        self.finish_running()
+        row = session.row
         self.lm.cache.put(row, prompt_state.cache)
         for rows_cache, one in zip(self.tts_state.caches, tts_warm.caches):
             rows_cache.put([row, self.rows + row], one)
@@ -240,8 +265,6 @@ class SessionGroup:
         noise = session.noise
         self.tts_keys = put(self.tts_keys, noise.key if isinstance(noise, KeyNoise) else mx.zeros((2,), mx.uint32))
         mx.eval(self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys)
-        self.members[row] = session
-        return row
 
     def _check_memory(self, rows: int) -> None:
         """Refuse a conversation whose group would not fit at the timeline limit: every row may grow to it, so the
@@ -261,8 +284,12 @@ class SessionGroup:
         return int(max((o.max() for o in offsets if len(o)), default=0))
 
     def leave(self, session) -> None:
-        """Free ``session``'s row (its state stays until a joining conversation overwrites it)."""
+        """Free ``session``'s row (its state stays until a joining conversation overwrites it); a conversation still
+        setting up leaves its stages unrun."""
         self.finish_running()
+        if session in self.joining:
+            self.joining.remove(session)
+            session.set_up = None
         if session.row is not None and self.members[session.row] is session:
             self.members[session.row] = None
         session.row = None
@@ -281,23 +308,32 @@ class SessionGroup:
 
     # -- running ------------------------------------------------------------------------------------------------
     def step(self) -> dict:
-        """One tick: every conversation whose next position is ready goes one position further, then the host
-        reads it. -> {session: [Frame, ...]} of every conversation with finished frames (those of earlier ticks too)."""
+        """One tick: a stage of a joining conversation's set-up, then every conversation whose next position is
+        ready goes one position further, and the host reads it. -> {session: [Frame, ...]} of every conversation
+        with finished frames (those of earlier ticks too) and of the one whose set-up advanced (it may have none):
+        {} once nothing is left to run."""
+        staged = self.set_up_stage()
         tick = self._tick()
         if tick is not None:
             self.running.append(tick)
         self.finish_running()
-        return {m: frames for m in self.members if m is not None and (frames := m._take())}
+        out = {m: frames for m in self.members if m is not None and (frames := m._take())}
+        if staged is not None:
+            out.setdefault(staged, [])
+        return out
 
     def run(self, target) -> list:
         """Ticks while ``target`` has a ready position (every other ready conversation advancing with it); ->
         target's finished frames. While a tick runs on the device the next one is built (LOOKAHEAD); with tools,
         each position is read back before the next is planned (docs/tools.md §5)."""
         lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
-        while target._ready() and target.failure is None:
+        while (target.setting_up or target._ready()) and target.failure is None:
+            staged = self.set_up_stage()
             tick = self._tick()
             if tick is None:
-                break
+                if staged is None:
+                    break
+                continue
             self.running.append(tick)
             if len(self.running) > lookahead:
                 self._finish(self.running.popleft())

@@ -8,10 +8,25 @@ import mlx.nn as nn
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` computed by :func:`voicechat.compute.affine` (its bias added after the product, not by addmm)."""
+    """``nn.Linear`` computed by :func:`voicechat.compute.affine` (its bias added after the product, not by addmm);
+    quantized, a :class:`QuantizedLinear`."""
 
     def __call__(self, x: mx.array) -> mx.array:
         return compute.affine(x, self["weight"], self["bias"] if "bias" in self else None)
+
+    def to_quantized(self, group_size=None, bits=None, mode="affine", quantize_input=False) -> "QuantizedLinear":
+        if quantize_input:
+            raise ValueError("quantized activations are not used here")
+        return QuantizedLinear.from_linear(self, group_size, bits, mode)
+
+
+class QuantizedLinear(nn.QuantizedLinear):
+    """``nn.QuantizedLinear`` whose input's leading axes are the rows of one product: MLX's CUDA backend runs a
+    [B, 1, K] input (a group's decode step) as B one-row products, each reading the weights again, and a [B, K] one
+    as one product over the B rows (docs/platform.md §9). Metal and the CPU give the same numbers either way."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return super().__call__(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
 
 
 class CausalDepthwiseConv(nn.Module):

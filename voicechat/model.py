@@ -25,6 +25,7 @@ from .checkpoint import (integrity_problems, load_config, load_into, local_llm_d
 from .config import ModelConfig
 from .config_formats import with_token_ids
 from .errors import CheckpointError, ConfigError
+from .layers import Linear
 from .llm.nemotron_h import NemotronH
 from .stt.perception import Perception
 from .stt.rnnt import RNNTDecoder, RNNTJoint
@@ -54,8 +55,8 @@ class STTModel(nn.Module):
         self.perception = Perception(cfg.audio)
         self.llm = NemotronH(cfg.llm)
         self.embed_tokens = nn.Embedding(v, h)
-        self.lm_head = nn.Linear(h, v, bias=False)
-        self.function_head = nn.Linear(h, v, bias=False) if function_head else None
+        self.lm_head = Linear(h, v, bias=False)
+        self.function_head = Linear(h, v, bias=False) if function_head else None
         if cfg.audio.rnnt is not None:
             self.rnnt_decoder = RNNTDecoder(cfg.audio.rnnt)
             self.rnnt_joint = RNNTJoint(cfg.audio.rnnt)

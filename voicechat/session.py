@@ -42,6 +42,9 @@ from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
+WARMUP_STAGE_LAYERS = 4  # TTS backbone layers of the warm-up forward in one set-up stage (docs/batching.md §1)
+PREFILL_STAGE = 32  # system prompt positions prefilled in one set-up stage (bounds a joining conversation's stall of
+#                     the others' ticks, docs/batching.md §6; the warm-up prefills this many: Model.warm_up)
 
 
 def tts_settings(cfg, gen: GenerationConfig) -> TTSSettings:
@@ -110,9 +113,11 @@ class Clock:
 class Session:
     """One conversation. Build it with :meth:`voicechat.Model.session`; use it on the thread that owns MLX.
 
-    Creating it does everything that comes before the first user frame: the system prompt in one LLM call, the TTS
-    warm-up with the speaker, the TTS over the prompt's positions and the transcript over their (zero) frames, as
-    NVIDIA's offline loop does (docs/model.md §1.2 C-H). ``setup_seconds`` says how long that took."""
+    Before the first user frame comes its set-up, as NVIDIA's offline loop does it (docs/model.md §1.2 C-H): the TTS
+    warm-up with the speaker, the system prompt's LLM prefill, then the prompt's positions (the TTS over them, the
+    transcript over their zero frames). Its row is taken when it is created (admission); the set-up runs in stages,
+    which a group runs between its ticks, one a tick (docs/batching.md §1), and a lone session runs back to back
+    when it is created, with its prompt's positions. ``setup_seconds``: how long creating it took."""
 
     def __init__(self, model, system_prompt: str = "", seed: int = 0, speaker=None,
                  config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = (), *, noise=None,
@@ -138,7 +143,11 @@ class Session:
         self.group = group or SessionGroup(model, 1)
         self.row: Optional[int] = None  # this conversation's row in the group's state
         self._build_state(noise)
-        self._start_timeline(speaker)
+        speaker = model._speaker(speaker)  # a bad speaker is refused here, not in a later tick
+        self.set_up = self._set_up(*speaker)  # its stages, run by the group (SessionGroup.set_up_stage); None after
+        self.row = self.listener.row = self.group.admit(self)
+        self.group.joining.append(self)
+        self.prompt_output = self.group.run(self) if self.alone else []  # in a group: in its next ticks
         self.setup_seconds = time.perf_counter() - t0
 
     # -- construction: all per-session state, in one place ----------------------------------------------------
@@ -200,26 +209,50 @@ class Session:
                               "start the session without tools")
         return ToolChannel(self.tools, self.model.tokenizer, self.cfg.pad_id)
 
-    def _start_timeline(self, speaker) -> None:
+    def _set_up(self, latent, speaker_audio) -> Iterator[None]:
+        """The set-up, a stage per ``next`` (each a bounded piece of work the group runs between two ticks, so a
+        joining conversation holds the others' ticks back by one stage at most: docs/batching.md §1): the speaker's
+        warm-up codes and the warm-up's conditioning (each computed once per model and speaker); the TTS warm-up's
+        backbone forward, WARMUP_STAGE_LAYERS layers a stage; then the system prompt's LLM prefill, PREFILL_STAGE
+        positions a stage
+        (their predictions are discarded, docs/model.md §1.2 E); with the last, the join into its row (a few
+        copies), its prompt's positions queued."""
         c = self.cfg
-        latent, speaker_audio = self.model._speaker(speaker)
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
-        tts_state, _ = self.tts.tts_model.warmup(inputs, latent, self.noise)
-        self.clock.add("tts warm-up", t0)
-        lm_state = lm.LMState(self.stt, c)
-        # every prompt position in one LLM call; their predictions are discarded (docs/model.md §1.2 E)
-        if self.prompt_ids:
+        cond = self.model._warmup_conditioning(inputs)
+        tts, backbone = self.tts.tts_model, self.tts.tts_model.backbone
+        tts_state = tts.warmup_state(self.noise)
+        x = tts.warmup_input(inputs, latent, cond)
+        self.clock.add("tts warm-up", t0, x)
+        layers = len(backbone.layers)
+        for start in range(0, layers, WARMUP_STAGE_LAYERS):  # TTSModel.warmup, in pieces of layers
+            yield
             t0 = time.perf_counter()
-            lm.prefill(self.stt, c, lm_state, mx.array(self.prompt_ids)[None])
+            x = backbone.through(x, tts_state.caches, range(start, min(start + WARMUP_STAGE_LAYERS, layers)))
+            self.clock.add("tts warm-up", t0, x, tts_state.arrays())
+        lm_state = lm.LMState(self.stt, c)
+        prompt = mx.array(self.prompt_ids)[None]
+        for start in range(0, self.prompt_frames, PREFILL_STAGE):
+            yield
+            t0 = time.perf_counter()
+            lm.prefill(self.stt, c, lm_state, prompt[:, start:start + PREFILL_STAGE])
             self.clock.add("prompt prefill", t0, lm_state.arrays)
-        self.row = self.group.join(self, lm_state, tts_state, mx.array(np.asarray(inputs.code)[-1].astype(np.int32)),
-                                   mx.array(self.frame0_codes))
-        self.listener.row = self.row
+        self.group.join(self, lm_state, tts_state, mx.array(np.asarray(inputs.code)[-1].astype(np.int32)),
+                        mx.array(self.frame0_codes))
         zero = mx.zeros((c.audio.encoder.d_model,))
         # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
         self.prompt_inputs.extend([(None, zero, True)] * self.prompt_frames)
-        self.prompt_output = self.group.run(self) if self.alone else []  # in a group: in its next ticks
+
+    @property
+    def setting_up(self) -> bool:
+        """Whether set-up stages are still to run (it has not joined its row yet)."""
+        return self.set_up is not None
+
+    @property
+    def started(self) -> bool:
+        """Whether its set-up is over: joined, its prompt's positions run (a live conversation is then READY)."""
+        return not self.setting_up and not self.prompt_inputs
 
     # -- feeding -----------------------------------------------------------------------------------------------
     @property
@@ -344,7 +377,7 @@ class Session:
     def _ready(self) -> bool:
         """Whether this conversation's next position can run now: a prompt position, a heard frame, a tool
         exchange's position; none while a tool runs."""
-        if self.row is None:
+        if self.row is None or self.setting_up:
             return False
         if self.prompt_inputs:
             return True
@@ -357,8 +390,8 @@ class Session:
 
     def input_used(self) -> bool:
         """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
-        voicechat.api.OfflineInput); not while a running tool holds the conversation."""
-        return not self._ready() and not self.waits_for_tool()
+        voicechat.api.OfflineInput); not while its set-up runs or a running tool holds the conversation."""
+        return not self.setting_up and not self._ready() and not self.waits_for_tool()
 
     def waits_for_tool(self) -> bool:
         """Whether a running tool holds this conversation (:meth:`settle` waits for it)."""

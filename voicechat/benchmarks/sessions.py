@@ -3,14 +3,14 @@
 For each N, N conversations in one group (``model.sessions(N)``, docs/batching.md) on the ``speech`` workload
 (workload.py: the harness question as input, the text channel scripted as speech has it, each conversation its own
 seed and a system prompt of its own length). They start staggered, one every ``STAGGER`` ticks, so each joins while
-the others run (its prompt prefill and TTS warm-up between two ticks, its prompt positions in the next ticks). A tick
+the others run (its set-up's stages between the ticks, one a tick, then its prompt positions in the next ticks). A tick
 is what advancing every conversation by 80 ms costs: each conversation's 80 ms of audio pushed (its samples into its mel
 buffer: a steady frame waits for the tick), then one ``group.step()`` (every network once for all rows, the streaming
 encoder's steady frames included). Reported per N, over the ticks after
 the last conversation's prompt: tick p50 / p95 / p99 / max, milliseconds per conversation (tick p50 / N), the step
-alone, the joins (how long each stalled the ticks), active memory per conversation and the peak, the graph nodes of one
-tick of all rows; then the largest N whose tick p95 stays under
-80 ms.
+alone, the joins' stall of the others (per tick in which a set-up stage ran while another conversation had joined:
+the asking and that stage) and each conversation's whole set-up, active memory per conversation and the peak, the
+graph nodes of one tick of all rows; then the largest N whose tick p95 stays under 80 ms.
 """
 
 from __future__ import annotations
@@ -34,9 +34,17 @@ PROMPTS = (PROMPT, "Be brief.", PROMPT + " Answer in one sentence.", "")  # prom
 
 class CountingGroup(SessionGroup):
     """A group that counts the graph nodes of its first tick in which every conversation is past its prompt (the
-    streaming encoder's steady frames included: docs/batching.md §2)."""
+    streaming encoder's steady frames included: docs/batching.md §2), and times its set-up stages."""
 
     nodes = 0
+    staged = 0.0  # seconds of set-up stages run since it was last read
+
+    def set_up_stage(self):
+        t0 = time.perf_counter()
+        staged = super().set_up_stage()
+        if staged is not None:
+            self.staged += time.perf_counter() - t0
+        return staged
 
     def _build(self):
         tick = super()._build()
@@ -54,20 +62,25 @@ def run_group(model, n: int, frames: int) -> dict:
     group = CountingGroup(model, n)
     x = bench_input(frames + STAGGER * n)
     step = round(FRAME * RATE)
-    sessions, fed, joins = [], [], []
+    sessions, fed, stalls, set_ups = [], [], [], []
     ticks, steps, steady_from = [], [], None
     mx.reset_peak_memory()
     base = mx.get_active_memory()
     tick = 0
     while len(sessions) < n or min(fed) * step < len(x) - step:
+        asking = 0.0
         if len(sessions) < n and tick == STAGGER * len(sessions):
             prompt = PROMPTS[len(sessions) % len(PROMPTS)]
             t0 = time.perf_counter()
             s = Session(model, prompt, len(sessions), script=speech_script(model, model.prompt_length(prompt)),
                         group=group)
-            joins.append(time.perf_counter() - t0)
+            asking = time.perf_counter() - t0
             sessions.append(s)
+            set_ups.append(asking)
             fed.append(0)
+        joined = any(not s.setting_up for s in sessions)  # a conversation a set-up stage could hold back
+        setting_up = next((s for s in sessions if s.setting_up), None)
+        group.staged = 0.0
         t0 = time.perf_counter()
         for i, s in enumerate(sessions):
             s.push(x[fed[i] * step:(fed[i] + 1) * step], RATE)
@@ -75,7 +88,11 @@ def run_group(model, n: int, frames: int) -> dict:
         t1 = time.perf_counter()
         group.step()
         t2 = time.perf_counter()
-        if steady_from is None and len(sessions) == n and not any(s.prompt_inputs for s in sessions):
+        if setting_up is not None:
+            set_ups[sessions.index(setting_up)] += group.staged
+        if joined and (asking or group.staged):
+            stalls.append(asking + group.staged)
+        if steady_from is None and len(sessions) == n and all(s.started for s in sessions):
             steady_from = len(ticks)
         ticks.append(t2 - t0)
         steps.append(t2 - t1)
@@ -86,7 +103,7 @@ def run_group(model, n: int, frames: int) -> dict:
         s.close()
     tick_stats = stats(steady)
     return {"sessions": n, "tick": tick_stats, "step": stats(steps[steady_from or 0:]),
-            "ms_per_conversation": tick_stats["p50"] / n, "join": stats(joins),
+            "ms_per_conversation": tick_stats["p50"] / n, "join": stats(stalls), "set_up": stats(set_ups),
             "active_gb_per_conversation": (active - base) / 1e9 / n, "peak_gb": peak_memory_gb(),
             "ticks_measured": len(steady), "graph_nodes_per_tick": group.nodes}
 
@@ -107,11 +124,12 @@ def print_table(r: dict) -> None:
     print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} frames per conversation, "
           f"starts {r['stagger_ticks']} ticks apart")
     print(f"{'N':>3s} {'tick p50':>9s} {'p95':>7s} {'p99':>7s} {'max':>7s} {'ms/conv':>8s} {'step p50':>9s} "
-          f"{'join p50':>9s} {'join max':>9s} {'GB/conv':>8s} {'peak GB':>8s} {'nodes':>6s}")
+          f"{'join p50':>9s} {'join max':>9s} {'set-up p50':>11s} {'GB/conv':>8s} {'peak GB':>8s} {'nodes':>6s}")
     for row in r["rows"]:
         t, j = row["tick"], row["join"]
         print(f"{row['sessions']:3d} {t['p50']:9.2f} {t['p95']:7.2f} {t['p99']:7.2f} {t['max']:7.2f} "
               f"{row['ms_per_conversation']:8.2f} {row['step']['p50']:9.2f} {j['p50']:9.1f} {j['max']:9.1f} "
+              f"{row['set_up']['p50']:11.1f} "
               f"{row['active_gb_per_conversation']:8.4f} {row['peak_gb']:8.3f} {row['graph_nodes_per_tick']:6d}")
     print(f"largest N with tick p95 < {FRAME * 1e3:.0f} ms: {r['largest_real_time']}")
 

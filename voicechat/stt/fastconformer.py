@@ -93,6 +93,20 @@ class ConvSubsampling(nn.Module):
         input would make every matmul convert its bfloat16 weight, every frame."""
         return features[..., None].astype(self.conv[0].weight.dtype)
 
+    def strided(self, layer: nn.Conv2d, x: mx.array) -> mx.array:
+        """A stride-2 3x3 conv over a padded [B, T, F, C]. The first one (one input channel) is a product of each
+        item's 3x3 patches with the weight, each item's rows their own (``compute.product``): as one conv, OpenBLAS
+        rounds an item's rows by the batch (docs/batching.md §3). The depthwise ones give each item's numbers as is."""
+        if layer.weight.shape[-1] != 1 or layer.groups != 1:
+            return layer(x)
+        k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
+        b, t, f, _ = x.shape
+        t2, f2 = (t - k) // s + 1, (f - k) // s + 1
+        patches = mx.stack([x[:, i:i + s * (t2 - 1) + 1:s, j:j + s * (f2 - 1) + 1:s, 0]
+                            for i in range(k) for j in range(k)], axis=-1)
+        y = compute.product(patches.reshape(b, t2 * f2, k * k), layer.weight.reshape(layer.weight.shape[0], k * k).T)
+        return y.reshape(b, t2, f2, -1) + layer.bias
+
     def unstrided(self, layer: nn.Module, x: mx.array) -> mx.array:
         """A 1x1 conv (or a ReLU) over [B, T, F, C]. The 1x1 conv is a product over channels, each item's rows their
         own (``compute.product``): as one conv, OpenBLAS rounds an item's rows by the batch's row count (a group's
@@ -111,7 +125,7 @@ class ConvSubsampling(nn.Module):
         x = zero_past_length(x, lengths)
         for layer in self.conv:
             if isinstance(layer, nn.Conv2d) and layer.stride != (1, 1):
-                x = layer(mx.pad(x, [(0, 0), (left, right), (left, right), (0, 0)]))
+                x = self.strided(layer, mx.pad(x, [(0, 0), (left, right), (left, right), (0, 0)]))
                 lengths = strided_length(lengths, self.causal)
             else:
                 x = self.unstrided(layer, x)
@@ -587,7 +601,7 @@ class SubsamplingStream:
             width = strided_length(rows.shape[2], self.sub.causal)
             return mx.zeros((1, 0, width, layer.weight.shape[0]), rows.dtype), held
         used = rows[:, :(count - 1) * s + k]
-        return layer(mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), held
+        return self.sub.strided(layer, mx.pad(used, [(0, 0), (0, 0), (self.left, self.right), (0, 0)])), held
 
 
 @dataclass

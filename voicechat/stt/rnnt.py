@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -46,8 +47,9 @@ class LSTM(nn.Module):
         # x [B, in], state per layer -> output [B, H], new state
         new_state = []
         for n, (h, c) in enumerate(state):
-            gates = (x @ getattr(self, f"weight_ih_l{n}").T + getattr(self, f"bias_ih_l{n}")
-                     + h @ getattr(self, f"weight_hh_l{n}").T + getattr(self, f"bias_hh_l{n}"))
+            # each row is a conversation's (a group's transcripts): its own product on the CPU (compute.product)
+            gates = (compute.row_product(x, getattr(self, f"weight_ih_l{n}").T) + getattr(self, f"bias_ih_l{n}")
+                     + compute.row_product(h, getattr(self, f"weight_hh_l{n}").T) + getattr(self, f"bias_hh_l{n}"))
             i, f, g, o = mx.split(gates, 4, axis=-1)
             c = mx.sigmoid(f) * c + mx.sigmoid(i) * mx.tanh(g)
             h = mx.sigmoid(o) * mx.tanh(c)
@@ -108,8 +110,10 @@ class RNNTJoint(nn.Module):
         self.joint_net = [nn.ReLU(), *dropout, Linear(cfg.joint_hidden, cfg.vocab_size + 1)]
 
     def __call__(self, projected_frame: mx.array, g: mx.array) -> mx.array:
-        # enc(f) [1, J], g [1, pred_hidden] -> logits [1, vocab + 1]; dropout is the identity at inference
-        return self.joint_net[-1](nn.relu(projected_frame + self.pred(g)))
+        # enc(f) [n, J], g [n, pred_hidden] -> logits [n, vocab + 1], a row per conversation (each its own product
+        # on the CPU: compute.product); dropout is the identity at inference
+        hidden = nn.relu(projected_frame + self.pred(g[:, None])[:, 0])
+        return self.joint_net[-1](hidden[:, None])[:, 0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -152,7 +156,7 @@ class RNNTGreedy:
             predicted = self.decoder.predict_rows([s.last_token for s in moved], [s.lstm_state for s in moved])
             for s, prediction in zip(moved, predicted):
                 s.prediction = prediction
-        projected = self.joint.enc(enc_frames)
+        projected = self.joint.enc(enc_frames[:, None])[:, 0]
         g = mx.concatenate([s.prediction[0] for s in states])
         return projected, mx.argmax(self.joint(projected, g), axis=-1)
 

@@ -78,8 +78,8 @@ class Codebook:
 
 
 def nearest_code(book: Codebook, z: mx.array) -> mx.array:
-    """argmin_v ||E[v]||^2 - 2 z.E[v]: [1, D] -> [1]"""
-    return mx.argmin(book.sqnorms - z @ book.doubled_t, axis=-1)
+    """argmin_v ||E[v]||^2 - 2 z.E[v]: [n, D] -> [n], a row per conversation (each its own product on the CPU)"""
+    return mx.argmin(book.sqnorms - compute.row_product(z, book.doubled_t), axis=-1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -253,17 +253,32 @@ class RVQEARTTSModel(nn.Module):
         embeds = embeds + mx.array(bos)[:, None].astype(embeds.dtype) * self.bos_emb
         return embeds[None]
 
+    def warmup_conditioning(self, inputs: WarmupInputs) -> mx.array:
+        """The warm-up's conditioning [2, T, H]: its subword ids and mask are the same for every speaker
+        (:func:`warmup_inputs`), so a caller may keep it."""
+        return self.conditioning(np.asarray(inputs.subword_ids)[None], np.asarray(inputs.subword_mask)[None])
+
     def warmup(self, inputs: WarmupInputs, latent: Optional[mx.array] = None,
-               noise: Optional[NoiseSource] = None) -> tuple[TTSState, mx.array]:
+               noise: Optional[NoiseSource] = None, cond: Optional[mx.array] = None) -> tuple[TTSState, mx.array]:
         """Run the warm-up forward on fresh caches and evaluate them (the speaker lives only in the caches).
         ``latent``: the cached speaker latent [1, T, H] (used only with ``use_audio_prompt_frozen_projection``, as
-        NeMo). ``noise``: the session's random source (default: key 0). Returns (state, hidden [2, T, H])."""
-        code_embeds = self.warmup_code_embeds(inputs, latent)
-        cond = self.conditioning(np.asarray(inputs.subword_ids)[None], np.asarray(inputs.subword_mask)[None])
-        state = TTSState(self.backbone.make_caches(), noise if noise is not None else KeyNoise(0))
-        hidden = self.backbone(self.fuse(code_embeds, cond), state.caches)
+        NeMo). ``noise``: the session's random source (default: key 0). ``cond``: :meth:`warmup_conditioning`'s,
+        when the caller keeps it. Returns (state, hidden [2, T, H])."""
+        state = self.warmup_state(noise)
+        x = self.warmup_input(inputs, latent, cond)
+        hidden = self.backbone.norm(self.backbone.through(x, state.caches, range(len(self.backbone.layers))))
         mx.eval(hidden, state.arrays())
         return state, hidden
+
+    def warmup_state(self, noise: Optional[NoiseSource] = None) -> TTSState:
+        """Fresh caches for the warm-up and the session's random source (default: key 0)."""
+        return TTSState(self.backbone.make_caches(), noise if noise is not None else KeyNoise(0))
+
+    def warmup_input(self, inputs: WarmupInputs, latent: Optional[mx.array] = None,
+                     cond: Optional[mx.array] = None) -> mx.array:
+        """The warm-up forward's backbone input [2, T, H] (``latent`` and ``cond`` as :meth:`warmup` takes them)."""
+        return self.fuse(self.warmup_code_embeds(inputs, latent), self.warmup_conditioning(inputs) if cond is None
+                         else cond)
 
     # -- one frame ---------------------------------------------------------------------------------------------
     def step_hidden(self, state: TTSState, prev_code, subword_id, active: Optional[np.ndarray] = None) -> mx.array:

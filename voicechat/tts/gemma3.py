@@ -18,6 +18,7 @@ import mlx.nn as nn
 
 from ..cache import KVCache, RowsKV, visible_slots, write_slots
 from ..config import GemmaConfig
+from ..layers import Linear
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 class Gemma3Attention(nn.Module):
@@ -29,10 +30,10 @@ class Gemma3Attention(nn.Module):
         self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.scale = cfg.query_pre_attn_scalar ** -0.5
         self.rope_base = rope_base
-        self.q_proj = nn.Linear(h, self.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
+        self.q_proj = Linear(h, self.num_heads * d, bias=False)
+        self.k_proj = Linear(h, self.num_kv_heads * d, bias=False)
+        self.v_proj = Linear(h, self.num_kv_heads * d, bias=False)
+        self.o_proj = Linear(self.num_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
         self._fused = compute.Fused()
@@ -112,9 +113,15 @@ class Gemma3TextModel(nn.Module):
         # [B, L, H] -> [B, L, H] (after the final norm)
         if x.shape[1] == 1 and caches[0].offset > 0:
             return self.step(x, caches)
-        for layer, cache in zip(self.layers, caches):
-            x = layer(x, cache)
-        return self.norm(x)
+        return self.norm(self.through(x, caches, range(len(self.layers))))
+
+    def through(self, x: mx.array, caches: list, layers: range) -> mx.array:
+        """``x`` through the ``layers`` alone, each filling its cache: a forward in pieces of layers gives the one
+        forward's numbers (a joining conversation's TTS warm-up runs so, docs/batching.md §1). [B, L, H] -> [B, L, H]
+        (before the final norm)"""
+        for i in layers:
+            x = self.layers[i](x, caches[i])
+        return x
 
     def warm_up(self, capacities: list[int], dtype: mx.Dtype, rows: int = 2) -> None:
         """One step at each cache capacity (zero caches, evaluated): traced and compiled ahead."""

@@ -7,6 +7,8 @@ from .. import compute
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..layers import Linear
+
 
 class RMSNorm(nn.Module):
     """Gemma's offset RMSNorm: ``x * rsqrt(mean(x^2) + eps) * (1 + weight)``; the stored weight is centred on 0."""
@@ -33,9 +35,9 @@ class GatedMLP(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_proj = Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
         self._fused = compute.Fused()
 
     def __call__(self, x: mx.array) -> mx.array:

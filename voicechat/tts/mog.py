@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..config import MoGConfig
+from ..layers import Linear
 from .layers import MLPLayer, RMSNorm
 
 GUMBEL_EPS = 1e-8  # docs/model.md §2.5.7: inside both logs of -log(-log(u + eps) + eps)
@@ -150,10 +151,10 @@ class MoGHead(nn.Module):
         self.num_predictions, self.low_rank, self.min_log_std = n, r, cfg.min_log_std
         self.mlp_stack = [MLPLayer(hidden_size, cfg.intermediate_size, cfg.eps) for _ in range(cfg.num_layers)]
         self.mlp_stack.append(RMSNorm(hidden_size, cfg.eps))
-        self.proj_logits = nn.Linear(hidden_size, n, bias=False)
-        self.proj_mus = nn.Linear(hidden_size, n * r, bias=False)
-        self.proj_logs = nn.Linear(hidden_size, 1, bias=False)
-        self.proj_else = nn.Linear(hidden_size, out_size, bias=False)
+        self.proj_logits = Linear(hidden_size, n, bias=False)
+        self.proj_mus = Linear(hidden_size, n * r, bias=False)
+        self.proj_logs = Linear(hidden_size, 1, bias=False)
+        self.proj_else = Linear(hidden_size, out_size, bias=False)
         self.low_mat = mx.zeros((n, out_size, r))
 
     def trunk(self, x: mx.array) -> mx.array:

@@ -22,6 +22,7 @@ import mlx.nn as nn
 
 from ..config import CharEncoderConfig
 from ..errors import ConfigError
+from ..layers import Linear
 from .layers import GatedMLP, RMSNorm, merge_heads, rope, split_heads
 
 # docs/model.md §2.5.3: single-character tokens of the Nemotron tokenizer (TRT asserts 256); +1 pad row
@@ -117,10 +118,10 @@ class T5GemmaSelfAttention(nn.Module):
         self.scale = cfg.query_pre_attn_scalar ** -0.5
         self.cap = cfg.attn_logit_softcapping
         self.rope_base = cfg.rope_base
-        self.q_proj = nn.Linear(h, self.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
+        self.q_proj = Linear(h, self.num_heads * d, bias=False)
+        self.k_proj = Linear(h, self.num_kv_heads * d, bias=False)
+        self.v_proj = Linear(h, self.num_kv_heads * d, bias=False)
+        self.o_proj = Linear(self.num_heads * d, h, bias=False)
 
     def __call__(self, x: mx.array, key_mask: mx.array) -> mx.array:
         # [N, L, H], key_mask [N, L] -> [N, L, H]
@@ -215,7 +216,7 @@ class CharAwareSubwordEncoder(nn.Module):
             raise ConfigError(f"TTS char encoder hidden_size {cfg.hidden_size} != TTS hidden_size {out_size}; "
                               "NeMo's flag embeddings require them equal")
         self.embed_tokens = nn.Embedding(CHAR_VOCAB_SIZE + 1, cfg.hidden_size)
-        self.proj_embedding = nn.Linear(cfg.hidden_size, out_size, bias=False)
+        self.proj_embedding = Linear(cfg.hidden_size, out_size, bias=False)
         self.backbone = T5GemmaBackbone(cfg)
         if use_subword_flag_emb:
             self.subword_flag_emb = SubwordFlagEmbedding(text_vocab_size, cfg.hidden_size)
