@@ -270,6 +270,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="visitors who can Talk live at once, stepped together on the model with Record-and-run jobs "
                         "(default: as many as fit in memory, at most 4; docs/batching.md)")
+    p.add_argument("--max-recordings", type=int, default=1, metavar="M",
+                   help="Record-and-run jobs stepped at once beside the live visitors; more wait in the queue "
+                        "(default: 1; docs/batching.md)")
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
     p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
@@ -285,6 +288,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error(str(e))
     if args.max_sessions is not None and args.max_sessions < 1:
         p.error(f"--max-sessions must be at least 1, got {args.max_sessions}")
+    if args.max_recordings < 1:
+        p.error(f"--max-recordings must be at least 1, got {args.max_recordings}")
     return args
 
 
@@ -301,7 +306,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
               "and in the app).")
     if args.share and not args.api_key:
         print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
-    engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions).start()
+    engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions,
+                        max_recordings=args.max_recordings).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)
     # Gradio's own start-up lines would tell to set `share=True` in `launch()`: here it is the --share flag
     launch(demo, args.outputs, uploads_cap_bytes=round(args.max_uploads_mb * 2 ** 20), server_name=args.host,

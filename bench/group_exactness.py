@@ -80,7 +80,8 @@ class Recorded(Session):
     def _finish_row(self, row, *args):
         super()._finish_row(row, *args)
         self.frames.append(self.outbox[-1])
-        self.encoded.append(np.array(row.encoded) if row.encoded is not None and row.t >= self.prompt_frames else None)
+        heard = row.encoded is not None and row.t >= self.prompt_frames
+        self.encoded.append(np.array(row.encoded.astype(mx.float32)) if heard else None)  # numpy has no bfloat16
 
 
 def conversation(model, i: int, group: MarginGroup) -> Recorded:

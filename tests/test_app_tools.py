@@ -4,8 +4,8 @@ the timeline and in conversation.json; with no tool ticked the request carries n
 
 The app runs on the real tiny model in the engine, launched locally and driven through gradio_client. The tiny
 model's function head writes random ids, so its function channel is scripted through the session's test-only seam
-(``Model._generate(script=...)``, as in tests/test_tools.py): one call to ``calculate`` a few positions after the
-system prompt, EOTR where the response ends.
+(``Model._recording(script=...)``, as ``_generate`` in tests/test_tools.py): one call to ``calculate`` a few
+positions after the system prompt, EOTR where the response ends.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ PROMPT = "Be brief."
 class ScriptedCall:
     """The real tiny model; its function head writes ``CALL`` (SOTC, the call's tokens, EOTC) ``AFTER`` positions
     after the system prompt, EOTR where the response to it ends, and PAD everywhere else. It keeps what each
-    ``generate`` was asked and the Result it returned."""
+    ``recording`` was asked and the Result each gave."""
 
     def __init__(self, model):
-        self.model, self.asked, self.results = model, [], []
+        self.model, self.asked, self.recordings = model, [], []
         tok = model.tokenizer
         self.sotc, self.eotc, self.eotr = (tok.token_to_id(f"<SPECIAL_2{i}>") for i in range(3))
         self.call_ids = [self.sotc, *tok.encode(CALL), self.eotc]
@@ -60,16 +60,20 @@ class ScriptedCall:
         end = start + len(self.call_ids) - 1
         return start, end, end + 1 + self.response_positions
 
-    def generate(self, audio, sample_rate=None, system_prompt="", seed=0, speaker=None, config=None, progress=None,
-                 tools=(), group=None):
+    def recording(self, audio, sample_rate=None, system_prompt="", seed=0, speaker=None, config=None, progress=None,
+                  tools=(), group=None):
         self.asked.append(dict(system_prompt=system_prompt, tools=tuple(tools)))
         start, _, response_end = self.layout(system_prompt, tools)
         ids = {start + i: f for i, f in enumerate(self.call_ids)} | {response_end: self.eotr}
         pad = self.model.config.pad_id
-        result = self.model._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
-                                      script=lambda t: (None, ids.get(t, pad)), group=group)
-        self.results.append(result)
-        return result
+        recording = self.model._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
+                                          script=lambda t: (None, ids.get(t, pad)), group=group)
+        self.recordings.append(recording)
+        return recording
+
+    @property
+    def results(self) -> list:
+        return [recording.result() for recording in self.recordings]
 
 
 @pytest.fixture(scope="module")

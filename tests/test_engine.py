@@ -1,11 +1,12 @@
 """voicechat.engine without Gradio: the job queue, cancel within one frame, error propagation, thread ownership.
 
 The model is `ScriptedModel`, a stand-in that follows voicechat's model contract (``.config``, ``.tokenizer``,
-``.prompt_length``, ``.encoder_frames``, ``.generate(audio, sample_rate, system_prompt=, seed=, config=, progress=)``
--> ``Result``, progress after every position, the prompt's included, with the session's ``Frame``) with a fixed
-answer, so the engine (and, in test_app.py / test_browser.py, the UI) can be tested without MLX work. Its frames can
-be held by a semaphore, so a test decides exactly how far a job gets. The record-and-run parts run on the real tiny
-model too (the demo checkpoint, at the end).
+``.prompt_length``, ``.encoder_frames``, ``.sessions(n)`` and ``.recording(audio, sample_rate, system_prompt=, seed=,
+config=, progress=, group=)``, whose ``advance()`` the engine calls between ticks until the run is over, then
+``result()`` -> ``Result``; progress after every position, the prompt's included, with the session's ``Frame``) with a
+fixed answer, so the engine (and, in test_app.py / test_browser.py, the UI) can be tested without MLX work. Its
+frames can be held by a semaphore, so a test decides exactly how far a job gets. The record-and-run parts run on
+the real tiny model too (the demo checkpoint, at the end).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 
 from voicechat import engine as eng
 from voicechat.audio import prepare_input
-from voicechat.errors import AudioInputError, ModelUnavailable
+from voicechat.errors import AudioInputError, ConfigError, ModelUnavailable
 from voicechat.config import GenerationConfig
 from voicechat.result import FrameUpdate, Result
 from voicechat.session import Frame
@@ -108,48 +109,77 @@ class ScriptedModel:
         return out
 
     def sessions(self, max_sessions):
-        """The engine's group (it only passes it back to ``generate``: this stand-in has no live conversations)."""
-        return ("group", max_sessions)
+        """The engine's group: this stand-in's recordings run a frame at each ``advance`` (it has no live
+        conversations), so its ticks have nothing to do."""
+        return SimpleNamespace(step=dict)
 
-    def generate(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None,
-                 group=None):
-        self.threads.add(threading.get_ident())
-        self.calls.append(dict(system_prompt=system_prompt, seed=seed, config=config, sample_rate=sample_rate,
-                               speaker=speaker))
-        t0 = time.perf_counter()
-        x = prepare_input(audio, sample_rate, self.IN_RATE, round(self.IN_RATE * self.FRAME))
-        if self.error is not None:
-            raise self.error
-        prompt_frames = self.prompt_length(system_prompt)
-        input_frames = self.encoder_frames(x.size)
-        text, function = self.script(input_frames)
-        voice = self.voice(text, seed)
-        total = prompt_frames + len(text)
+    def recording(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None,
+                  tools=(), group=None):
+        return ScriptedRecording(self, audio, sample_rate, system_prompt, seed, speaker, config, progress)
+
+
+class ScriptedRecording:
+    """``ScriptedModel.recording``: the engine's contract of voicechat.api.OfflineInput (``advance`` until it says
+    the run is over, ``result``, ``session.close`` / ``session.waits_for_tool``); a frame per ``advance``."""
+
+    def __init__(self, model: ScriptedModel, audio, sample_rate, system_prompt, seed, speaker, config, progress):
+        model.threads.add(threading.get_ident())
+        model.calls.append(dict(system_prompt=system_prompt, seed=seed, config=config, sample_rate=sample_rate,
+                                speaker=speaker))
+        self.model, self.progress, self.seed, self.speaker = model, progress, seed, speaker
+        self.system_prompt, self.session = system_prompt, self
+        self.t0 = time.perf_counter()
+        x = prepare_input(audio, sample_rate, model.IN_RATE, round(model.IN_RATE * model.FRAME))
+        if model.error is not None:
+            raise model.error
+        self.prompt_frames = model.prompt_length(system_prompt)
+        self.input_frames = model.encoder_frames(x.size)
+        self.text, self.function = model.script(self.input_frames)
+        self.voice = model.voice(self.text, seed)
+        self.total = self.prompt_frames + len(self.text)
+        self.t = 0
         if progress is not None:
-            progress(0, total, FrameUpdate("prompt", time.perf_counter() - t0, 0.0, "", ""))
-        for t in range(total):
-            self.frames_started += 1
-            if self.gate is not None:
-                assert self.gate.acquire(timeout=TIMEOUT), "test never released this frame"
-            time.sleep(self.frame_delay)
-            if progress is not None:
-                f = t - prompt_frames  # the answer's frame (negative over the prompt)
-                before, said = self.decoded(text[:max(f, 0)]), self.decoded(text[:max(f + 1, 0)])
-                ids = (int(text[f]), int(function[f])) if f >= 0 else (self.config.pad_id, self.config.pad_id)
-                frame = Frame(position=t, text_id=ids[0], function_id=ids[1], codes=np.zeros(self.CODEBOOKS, np.int32),
-                              audio=voice[max(f, 0) * self.HOP:max(f + 1, 0) * self.HOP], text=said[len(before):],
-                              function_text="", transcript="", turn=None, seconds={})
-                elapsed = time.perf_counter() - t0
-                progress(t + 1, total, FrameUpdate("frames", elapsed, (t + 1) / max(elapsed, 1e-6), said,
-                                                   self.decoded(function[:max(f + 1, 0)]), frame))
+            progress(0, self.total, FrameUpdate("prompt", time.perf_counter() - self.t0, 0.0, "", ""))
+
+    def advance(self) -> bool:
+        if self.t == self.total:
+            return False
+        m, t = self.model, self.t
+        m.threads.add(threading.get_ident())
+        m.frames_started += 1
+        if m.gate is not None:
+            assert m.gate.acquire(timeout=TIMEOUT), "test never released this frame"
+        time.sleep(m.frame_delay)
+        self.t += 1
+        if self.progress is not None:
+            f = t - self.prompt_frames  # the answer's frame (negative over the prompt)
+            text, function = self.text, self.function
+            before, said = m.decoded(text[:max(f, 0)]), m.decoded(text[:max(f + 1, 0)])
+            ids = (int(text[f]), int(function[f])) if f >= 0 else (m.config.pad_id, m.config.pad_id)
+            frame = Frame(position=t, text_id=ids[0], function_id=ids[1], codes=np.zeros(m.CODEBOOKS, np.int32),
+                          audio=self.voice[max(f, 0) * m.HOP:max(f + 1, 0) * m.HOP], text=said[len(before):],
+                          function_text="", transcript="", turn=None, seconds={})
+            elapsed = time.perf_counter() - self.t0
+            self.progress(t + 1, self.total, FrameUpdate("frames", elapsed, (t + 1) / max(elapsed, 1e-6), said,
+                                                         m.decoded(function[:max(f + 1, 0)]), frame))
+        return True
+
+    def waits_for_tool(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def result(self) -> Result:
+        m = self.model
         return Result(
-            text=self.answer, function_text=self.function, user_transcript=self.transcript,
-            audio=voice, sample_rate=self.OUT_RATE, text_tokens=text, function_tokens=function,
-            audio_codes=np.zeros((len(text), self.CODEBOOKS), np.int64), first_frame=prompt_frames,
-            prompt_frames=prompt_frames, input_frames=input_frames, frame_seconds=self.FRAME,
-            timings={"perception": 0.01, "frames": time.perf_counter() - t0, "codec": 0.02},
-            settings={"seed": seed, "system_prompt": system_prompt,
-                      "voice": getattr(speaker, "name", speaker) or "Aria"})
+            text=m.answer, function_text=m.function, user_transcript=m.transcript,
+            audio=self.voice, sample_rate=m.OUT_RATE, text_tokens=self.text, function_tokens=self.function,
+            audio_codes=np.zeros((len(self.text), m.CODEBOOKS), np.int64), first_frame=self.prompt_frames,
+            prompt_frames=self.prompt_frames, input_frames=self.input_frames, frame_seconds=m.FRAME,
+            timings={"perception": 0.01, "frames": time.perf_counter() - self.t0, "codec": 0.02},
+            settings={"seed": self.seed, "system_prompt": self.system_prompt,
+                      "voice": getattr(self.speaker, "name", self.speaker) or "Aria"})
 
 
 def loader_for(model, record: Optional[dict] = None):
@@ -488,15 +518,123 @@ def test_bad_live_audio_ends_the_conversation_with_a_message(live_engine):
     assert any(e.kind == eng.FRAMES for e in live_events(ok))
 
 
-def test_a_live_conversation_waits_for_the_job_ahead(live_engine):
-    job = live_engine.submit(eng.Request(str(QUESTION), None))
-    live = live_engine.open_live(eng.LiveRequest())
+def started(job: eng.Job, done: int = 0) -> eng.Event:
+    """Its first PROGRESS event with at least ``done`` positions run (60 s at most)."""
+    return until_within(job, lambda e: e.kind == eng.PROGRESS and e.done >= done, 60.0)
+
+
+def until_within(job: eng.Job, predicate, timeout: float) -> eng.Event:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = job.next_event(timeout=0.5)
+        if event is not None and predicate(event):
+            return event
+        assert event is None or not event.terminal, f"job {job.id} ended: {event.kind} {event.message}"
+    raise AssertionError(f"job {job.id}: nothing matching within {timeout} s")
+
+
+def solo_answer(demo_dir, request: eng.Request):
+    """The same recording run alone, by ``generate`` on a second copy of the model (this thread)."""
+    import voicechat
+
+    m = voicechat.load(demo_dir, offline=True)
+    return m.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt, seed=request.seed,
+                      config=request.config)
+
+
+def assert_same_answer(result, alone) -> None:
+    assert np.array_equal(result.text_tokens, alone.text_tokens)
+    assert np.array_equal(result.function_tokens, alone.function_tokens)
+    assert np.array_equal(result.audio_codes, alone.audio_codes)
+    assert result.audio.shape == alone.audio.shape and np.abs(result.audio - alone.audio).max() <= 1e-5
+
+
+def long_recording(seed: int, prompt: str = "Hi.") -> eng.Request:
+    """The question and 12 s of silence after it (fixed length): about 180 positions."""
+    import soundfile as sf
+
+    x, _ = sf.read(QUESTION, dtype="float32")
+    return eng.Request(x if seed % 2 == 0 else x[::-1].copy(), 16000, system_prompt=prompt, seed=seed,
+                       config=GenerationConfig(extra_seconds=12.0))
+
+
+def test_a_live_conversation_joins_while_a_recording_runs(live_engine, demo_dir):
+    """A live conversation opened during a recording joins at the next tick: it waits for nothing (QUEUED 0), is
+    READY and gives its first frames while the recording still runs; the recording's answer and the conversation's
+    frames equal the same work alone."""
+    import soundfile as sf
+    import voicechat
+
+    x, _ = sf.read(QUESTION, dtype="float32")
+    request = long_recording(4)
+    job = live_engine.submit(request)
+    started(job, done=5)
+    live = live_engine.open_live(eng.LiveRequest(system_prompt="Be brief.", seed=2))
     first = live.next_event(timeout=TIMEOUT)
-    assert first.kind == eng.QUEUED and first.position == 1
-    assert [e.kind for e in job][-1] == eng.DONE
-    assert live_events(live, until=eng.READY)[-1].kind == eng.READY
-    live.close()
-    live_events(live)
+    assert first.kind == eng.QUEUED and first.position == 0
+    for i in range(0, 1280 * 10, 1280):
+        live.send(x[i:i + 1280], 16000)
+    events = live_events(live, until=eng.FRAMES)
+    assert not job.finished.is_set()  # the recording still ran when the conversation's first frames came
+    assert eng.READY in [e.kind for e in events]
+    for i in range(1280 * 10, len(x), 1280):
+        live.send(x[i:i + 1280], 16000)
+    live.flush()
+    events += live_events(live)
+    answer = [e for e in collect_within(job, 120.0) if e.terminal][-1]
+    assert answer.kind == eng.DONE and eng.ERROR not in [e.kind for e in events]
+    assert_same_answer(answer.answer.result, solo_answer(demo_dir, request))
+    frames = [f for e in events if e.kind == eng.FRAMES for f in e.frames]
+    s = voicechat.load(demo_dir, offline=True).session("Be brief.", seed=2)
+    direct = s.feed(x, 16000) + s.flush()
+    assert [f.position for f in frames] == [f.position for f in direct]
+    assert [f.text_id for f in frames] == [f.text_id for f in direct]
+    assert np.array_equal(np.stack([f.codes for f in frames]), np.stack([f.codes for f in direct]))
+    assert np.array_equal(live.result().audio_codes, s.result().audio_codes)
+    assert np.abs(live.result().audio - s.result().audio).max() <= 1e-5
+
+
+def collect_within(job: eng.Job, timeout: float) -> list:
+    events, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = job.next_event(timeout=0.5)
+        if event is not None:
+            events.append(event)
+            if event.terminal:
+                return events
+    raise AssertionError(f"job {job.id} did not end within {timeout} s; got {[e.kind for e in events]}")
+
+
+def test_recordings_step_together_each_as_alone_and_one_cancelled(demo_dir):
+    """``max_recordings=2``: two recordings run at once (each one's frames go on while the other runs), a third
+    waits behind both with its position; one of the two cancelled halfway frees its row for the third. The two that
+    finish equal their ``generate`` alone."""
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo", max_recordings=2).start()
+    try:
+        wait_until(lambda: engine.status().state == eng.READY)
+        requests = [long_recording(0, "Hi."), long_recording(1, "Be brief."), long_recording(2, "")]
+        first, second = engine.submit(requests[0]), engine.submit(requests[1])
+        started(first, done=1)
+        started(second, done=1)
+        assert not first.finished.is_set()  # the second's frames came while the first ran
+        third = engine.submit(requests[2])
+        assert third.next_event(TIMEOUT).position == 2  # both rows taken
+        assert engine.wait_seconds(third) > 0
+        halfway = started(second, done=40)
+        assert not first.finished.is_set() and halfway.done < halfway.total
+        second.cancel()
+        cancelled = collect_within(second, 60.0)[-1]
+        assert cancelled.kind == eng.CANCELLED and "of" in cancelled.message
+        moved = third.next_event(60.0)
+        assert moved.kind == eng.QUEUED and moved.position == 0  # the cancelled row is free for it
+        started(third, done=1)
+        assert not first.finished.is_set()  # the third joined while the first ran
+        answers = [[e for e in collect_within(job, 120.0) if e.terminal][-1] for job in (first, third)]
+    finally:
+        engine.close()
+    assert [a.kind for a in answers] == [eng.DONE, eng.DONE]
+    for answer, request in zip(answers, (requests[0], requests[2])):
+        assert_same_answer(answer.answer.result, solo_answer(demo_dir, request))
 
 
 def test_a_record_and_run_job_on_the_demo_model(live_engine):
@@ -650,3 +788,8 @@ def test_an_engine_for_many_conversations_warms_every_row_count_up(demo_dir, tra
         engine.close()
     assert all(sum(len(e.frames) for e in evs if e.kind == eng.FRAMES) > 12 for evs in events)
     assert ready > 0 and [getattr(f, "__qualname__", f) for f in traces[ready:]] == []
+
+
+def test_the_recording_rows_are_at_least_one():
+    with pytest.raises(ConfigError, match="max_recordings must be at least 1, got 0"):
+        eng.Engine(loader_for(ScriptedModel()), name="scripted", max_recordings=0)

@@ -28,7 +28,7 @@ from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .group import SessionGroup, row_counts
-from .session import Frame, Session
+from .session import LISTEN_BLOCK_FRAMES, Frame, Session
 from .llm import lm
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
@@ -144,23 +144,36 @@ class Model:
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
-                 progress: Optional[Progress] = None, tools: Sequence[Tool] = (),
-                 group: Optional[SessionGroup] = None) -> Result:
+                 progress: Optional[Progress] = None, tools: Sequence[Tool] = ()) -> Result:
         """Answer one recording. ``audio``: float or integer samples [N] / [N, channels] with ``sample_rate``, or a
         file path. ``speaker``: None (the checkpoint's default voice), a latent name, a WAV path, or (samples, rate).
         ``progress(done_frames, total_frames, update)`` is called after every timeline frame; raising from it stops
         the run. ``tools``: up to 5 :class:`voicechat.tools.Tool` objects the model may call; their calls and results
-        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout). ``group``: run it as a
-        conversation of that :class:`~voicechat.group.SessionGroup`, whose other conversations advance in the same
-        ticks (docs/batching.md)."""
-        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
+        are in ``Result.tool_calls`` (the run waits for a running tool, at most its timeout)."""
+        return self._generate(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools)
+
+    def recording(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None,
+                  system_prompt: str = "", seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
+                  progress: Optional[Progress] = None, tools: Sequence[Tool] = (), *,
+                  group: SessionGroup) -> "OfflineInput":
+        """``generate``'s conversation as one more conversation of ``group``, its setup done: the caller gives it its
+        input with ``advance()`` between the group's ticks (``group.step()``) until that says it is over, then reads
+        ``result()`` (the same answer as ``generate``'s; docs/batching.md §5). ``session.close()`` stops it."""
+        return self._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
-                  group: Optional[SessionGroup] = None) -> Result:
+                  tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
         ``profile``, ``script``)."""
+        return self._answer(self._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
+                                            noise=noise, profile=profile, script=script))
+
+    def _recording(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
+                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
+                   tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
+                   group: Optional[SessionGroup] = None) -> "OfflineInput":
+        """The recording read and checked, its session started (alone without ``group``) -> its input to come."""
         gen = config or GenerationConfig()
         cfg = self.config
         x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
@@ -173,22 +186,21 @@ class Model:
         tracker.announce("prompt")
         session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
                           on_frame=tracker.frame, script=script, group=group)
-        try:
-            return self._answer(session, x, extra, fixed)
-        finally:
-            session.close()  # a group's row is free again, also when the progress callback stopped the run
+        return OfflineInput(self, session, x, extra, fixed)
 
-    def _answer(self, session: Session, x: np.ndarray, extra: int, fixed: bool) -> Result:
-        """The recording ``x`` and ``extra`` samples of silence after it through ``session`` (``fixed``: all of
-        them; else until the answer has ended) -> the result."""
-        recording = OfflineInput(self, session, x, extra, fixed)
-        for piece in recording.pieces():
-            if piece is None:
-                session.flush()
-            else:  # offline, a running tool is simply waited for
-                session.feed(piece, self.config.input_sample_rate)
-                session.settle()
-        return recording.result()
+    def _answer(self, recording: "OfflineInput") -> Result:
+        """A lone recording's pieces through its session -> the result."""
+        session = recording.session
+        try:
+            for piece in recording.pieces():
+                if piece is None:
+                    session.flush()
+                else:  # offline, a running tool is simply waited for
+                    session.feed(piece, self.config.input_sample_rate)
+                    session.settle()
+            return recording.result()
+        finally:
+            session.close()  # also when the progress callback stopped the run
 
     def warm_up(self, positions: int = WARM_POSITIONS, sessions: int = 1) -> dict[str, float]:
         """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches and every
@@ -246,19 +258,23 @@ class OfflineInput:
     """What ``generate`` gives a session, a piece at a time: the recording, then silence: in fixed mode all of it and
     the end of the input; in app mode 80 ms at a time until the answer has ended, and the end of the input at the
     bound (docs/model.md §1.2 A). :meth:`pieces` yields each piece once the session has run all the one before
-    allows; None is the end of the input (``flush``). ``generate`` gives them to one session; ``voicechat batch`` to
-    each session of a group (docs/batch.md §1)."""
+    allows; None is the end of the input (``flush``). ``generate`` gives them to one session; :meth:`advance` to a
+    session of a group whose ticks someone else runs (``voicechat batch``: docs/batch.md §1; the engine:
+    docs/batching.md §5)."""
 
     def __init__(self, model: "Model", session: Session, x: np.ndarray, extra: int, fixed: bool):
         self.cfg, self.session, self.x, self.extra, self.fixed = model.config, session, x, extra, fixed
         # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
         self.input_frames = min(-(-len(x) // self.cfg.samples_per_input_frame), model.encoder_frames(len(x) + extra))
+        self._given: Optional[Iterator] = None  # pieces() as advance() gives them
 
     def pieces(self) -> Iterator[Optional[np.ndarray]]:
+        """Long stretches in blocks of LISTEN_BLOCK_FRAMES (a group's other conversations then wait at most one
+        block's encoder between two ticks; ``feed`` splits its audio so anyway)."""
         cfg, session = self.cfg, self.session
-        yield self.x
+        yield from blocks(self.x, LISTEN_BLOCK_FRAMES * cfg.samples_per_input_frame)
         if self.fixed:
-            yield np.zeros(self.extra, np.float32)
+            yield from blocks(np.zeros(self.extra, np.float32), LISTEN_BLOCK_FRAMES * cfg.samples_per_input_frame)
             yield None
             return
         heard = session.prompt_frames + self.input_frames
@@ -271,8 +287,31 @@ class OfflineInput:
             yield np.zeros(min(frame, self.extra - i), np.float32)
         yield None
 
+    def advance(self) -> bool:
+        """Give the session its next piece once it has run all the one before allows (the group's ticks run it);
+        False when every piece is given and run (the session has then left the group)."""
+        if self._given is None:
+            self._given = self.pieces()
+        session = self.session
+        while session.ended or session.input_used():
+            piece = next(self._given, False)
+            if piece is False:
+                session.close()
+                return False
+            if piece is None:
+                session.flush()
+            else:
+                session.push(piece, self.cfg.input_sample_rate)
+        return True
+
     def result(self) -> Result:
         return dataclasses.replace(self.session.result(), input_frames=self.input_frames)
+
+
+def blocks(x: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    """``x`` in pieces of ``size`` samples at most (none for an empty ``x``)."""
+    for i in range(0, len(x), size):
+        yield x[i:i + size]
 
 
 def answer_start(session: Session) -> Optional[int]:

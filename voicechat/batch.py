@@ -446,25 +446,10 @@ class Running:
                                      self.gen, settings.tools)
         self.input = OfflineInput(model, self.session, x, self.gen.silence_samples(cfg.input_sample_rate),
                                   self.gen.fixed_length)
-        self.pieces, self.input_rate = self.input.pieces(), cfg.input_sample_rate
 
     @property
     def fraction(self) -> float:
         return min(1.0, self.session.position / max(self.total, 1))
-
-    def advance(self) -> bool:
-        """Give the conversation its next input once it has run all it had; False when its input is all given and
-        run (the conversation has then left the group)."""
-        while self.session.ended or self.session.input_used():
-            piece = next(self.pieces, False)
-            if piece is False:
-                self.session.close()
-                return False
-            if piece is None:
-                self.session.flush()
-            else:
-                self.session.push(piece, self.input_rate)
-        return True
 
 
 def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings, sessions: int = 1,
@@ -504,7 +489,7 @@ def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings, se
         group.step()
         for run in list(running):
             try:
-                if run.advance():
+                if run.input.advance():
                     continue
                 outcome = answered(model, run, settings)
             except VoiceChatError as e:

@@ -16,8 +16,10 @@ engine's, measured from its frame times. :attr:`EngineStatus.facts` gives apps t
     for event in job:
         print(event.kind, event.done, event.total)
 
-A live conversation (:meth:`Engine.open_live`) is a job too: it holds the engine from its start to its end, takes
-audio from any thread (``LiveJob.send``) and gives the session's frames back as they are finished.
+A live conversation (:meth:`Engine.open_live`) is a job too: it takes audio from any thread (``LiveJob.send``) and
+gives the session's frames back as they are finished. Live conversations and recordings are conversations of one
+group, stepped together tick by tick (docs/batching.md §5): a live one joins at the next tick, a recording once a
+recording row is free.
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .config import GenerationConfig
-from .errors import Cancelled, ToolError, VoiceChatError
+from .errors import ConfigError, ToolError, VoiceChatError
 from .limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
 from .answer import Answer, make_answer
 from .result import FrameUpdate, Result
 from .tools import system_prompt as tool_prompt
-from .voices import preview
+from .voices import preview_recording
 
 # Event kinds. The last three end a job.
 QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED = "queued", "started", "progress", "done", "error", "cancelled"
@@ -81,7 +83,7 @@ class Request:
 @dataclass(frozen=True)
 class Event:
     kind: str  # QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED
-    position: int = 0  # QUEUED: jobs ahead of this one (the running one included)
+    position: int = 0  # QUEUED: jobs it waits for (recordings ahead; the running ones when they fill every row)
     prompt_frames: int = 0  # STARTED: positions of the system prompt (the first ones the progress counts)
     done: int = 0  # PROGRESS: timeline positions computed (the prompt's included)
     total: int = 0  # PROGRESS: positions of the whole run (in automatic mode a bound: the run may end earlier)
@@ -141,6 +143,9 @@ class Job:
         self.finished = threading.Event()
         self.frames_expected: Optional[int] = None  # its progress total, when known at submission (wait estimates)
         self.progress: Optional[tuple[int, int, float]] = None  # (done, total, seconds) once it runs
+        self.input: Any = None  # a recording's conversation once it runs (voicechat.api.OfflineInput; engine thread)
+        self._t0 = 0.0
+        self._reached = (0, 0)  # (done, total) of its last frame, also after a cancel
 
     @property
     def cancel_requested(self) -> bool:
@@ -171,8 +176,34 @@ class Job:
             if event.terminal:
                 self.finished.set()
 
+    # ---- the engine thread (a recording) ---------------------------------------------------------------------
+    def _start(self, model, group) -> None:
+        """Its conversation joins the engine's group (its setup now: the recording read, the prompt's prefill, the
+        TTS warm-up); its positions run in the group's next ticks, its input given by ``self.input.advance()``."""
+        request = self.request
+        self._emit(Event(STARTED, prompt_frames=prompt_frames(model, request)))
+        self._t0 = time.perf_counter()
+        if request.say is not None:
+            self.input = preview_recording(model, request.speaker, request.say, request.seed, self._progress, group)
+        else:
+            self.input = model.recording(request.audio, request.sample_rate, system_prompt=request.system_prompt,
+                                         seed=request.seed, speaker=request.speaker, config=request.config,
+                                         progress=self._progress, tools=request.tools, group=group)
 
-# Live-conversation event kinds. CLOSED ends the conversation (after an ERROR too).
+    def _progress(self, done: int, total: int, update: FrameUpdate) -> None:
+        """After each of its frames (in a tick): a PROGRESS event, none once cancelled (it ends after the tick)."""
+        self._reached = (done, total)
+        if self.cancel_requested:
+            return
+        seconds = time.perf_counter() - self._t0
+        self.progress = (done, total, seconds)
+        self._emit(Event(PROGRESS, done=done, total=total, seconds=seconds, update=update))
+
+    def _answer(self, model) -> Answer:
+        return make_answer(model, host_result(self.input.result()), time.perf_counter() - self._t0)
+
+
+# LiveJob-conversation event kinds. CLOSED ends the conversation (after an ERROR too).
 READY, FRAMES, CLOSED = "ready", "frames", "closed"
 
 
@@ -192,7 +223,7 @@ class LiveEvent:
     backlog_seconds: float = 0.0  # FRAMES: audio received and not yet turned into frames
     setup_seconds: float = 0.0  # READY: what starting the session took (prompt, TTS warm-up)
     prompt_frames: int = 0  # READY
-    position: int = 0  # QUEUED: jobs ahead of this one
+    position: int = 0  # QUEUED: 0 (a live conversation joins at the next tick)
     message: str = ""  # ERROR: one line for the user
 
     @property
@@ -270,14 +301,13 @@ class LiveJob(Job):
             self._emit(LiveEvent(READY, setup_seconds=time.perf_counter() - self._opened,
                                  prompt_frames=self.session.prompt_frames))
 
-    def _read(self, flushing: bool = True) -> None:
+    def _read(self) -> None:
         """Hand what arrived to the session: audio is heard and waits for the ticks; a flush runs the rest of the
-        input at once (the other conversations advancing in its ticks). ``flushing`` False (inside a recording's
-        tick): a flush waits for the next round."""
+        input at once (the other conversations advancing in its ticks)."""
         session = self.session
         messages = self._messages()
         while messages and not (self.cancel_requested or session.ended):
-            if messages[0][0] == "flush" and (session._ready() or session.setting_up or not flushing):
+            if messages[0][0] == "flush" and (session._ready() or session.setting_up):
                 return  # the set-up and the positions heard so far run in the ticks first, as without the flush
             message = messages.popleft()
             if message[0] == "audio":
@@ -319,27 +349,31 @@ class LiveJob(Job):
 
 
 class Engine:
-    """One background thread that loads the model, then runs jobs in submission order; up to ``max_sessions`` live
-    conversations at once, stepped together (voicechat/group.py: one tick advances every conversation whose next
-    80 ms has arrived)."""
+    """One background thread that loads the model and steps every conversation in one group (voicechat/group.py: one
+    tick advances every conversation whose next 80 ms has arrived): up to ``max_sessions`` live conversations and up
+    to ``max_recordings`` recordings at once; more recordings wait in submission order (docs/batching.md §5)."""
 
-    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1):
+    def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1,
+                 max_recordings: int = 1):
         """``max_sessions`` None: as many as :func:`voicechat.group.fitting_sessions` finds once the model is
-        loaded (one until then)."""
+        loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
+        its row at the next tick."""
+        if max_recordings < 1:
+            raise ConfigError(f"max_recordings must be at least 1, got {max_recordings}")
         self.name = name
         self.max_waiting = max_waiting
         self.max_sessions = max_sessions or 1
+        self.max_recordings = max_recordings
         self._fit_sessions = max_sessions is None
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
         self._lives: list[LiveJob] = []  # the live conversations the engine thread steps now
-        self._wake = threading.Event()  # a live conversation has a message
-        self._failed: dict = {}  # live conversation -> its error, met during a recording's tick
+        self._recordings: list[Job] = []  # the recordings it steps now, in the order they started
+        self._wake = threading.Event()  # a live conversation has a message, or a job arrived
         self.model: Any = None  # touched by the engine thread only
         self.thread = threading.Thread(target=self._main, name="voicechat-engine", daemon=True)
         self._load_model = load_model
         self._lock = threading.Condition()
         self._waiting: collections.deque[Job] = collections.deque()
-        self._running: Optional[Job] = None
         self._closing = False
         self._next_id = 1
         self._status = EngineStatus(STARTING, f"Starting {name}")
@@ -354,28 +388,29 @@ class Engine:
             return self._status
 
     def submit(self, request: Request, *, owner: Optional[str] = None) -> Job:
-        """Queue a request; the job's first event says how many jobs are ahead of it."""
+        """Queue a request; the job's first event says how many jobs it waits for."""
         return self._enqueue(Job, request, owner)
 
     def wait_seconds(self, job: Job) -> Optional[float]:
-        """The expected wait of a waiting job: the frames left of the running job and of the jobs ahead, at the
-        running job's measured speed (else the last run's, else the expected one). None when the job is not waiting
-        or a job ahead has no length (a live conversation, a file path)."""
+        """The expected wait of a waiting recording: until a recording row is free for it, the rows freeing as the
+        running recordings and the ones ahead end (their frames left, all advancing together, one per tick), at a
+        running recording's measured speed (else the last run's, else the expected one). None when the job is not
+        waiting or a recording it waits for has no length (a file path)."""
         with self._lock:
-            if job not in self._waiting:
+            if job not in self._waiting or isinstance(job, LiveJob):
                 return None
-            frames = 0
-            for ahead in (self._running, *itertools.islice(self._waiting, self._waiting.index(job))):
-                if ahead is None:
-                    continue
-                left = ahead.progress[1] - ahead.progress[0] if ahead.progress else ahead.frames_expected
-                if left is None:
-                    return None
-                frames += left
-            running = self._running.progress if self._running is not None else None
+            rows = [frames_left(r) for r in self._recordings] + [0] * (self.max_recordings - len(self._recordings))
+            ahead = [frames_left(j) for j in itertools.takewhile(lambda j: j is not job, self._waiting)
+                     if not isinstance(j, LiveJob)]
+            if None in rows or None in ahead:
+                return None
+            for frames in ahead:  # each takes the row that is free first
+                rows[rows.index(min(rows))] += frames
+            frames = min(rows)
+            measured = next((r.progress for r in self._recordings if r.progress and r.progress[0] > 0), None)
             status = self._status
-        if running and running[0] > 0:
-            return frames * running[2] / running[0]
+        if measured:
+            return frames * measured[2] / measured[0]
         if status.facts is None:
             return None
         return frames * status.expected_realtime_factor * status.facts.frame_seconds
@@ -394,13 +429,14 @@ class Engine:
                 job.frames_expected = expected_frames(self.model, request)
             self._next_id += 1
             self._waiting.append(job)
-            job._emit(job_queued(job, len(self._waiting) - 1 + (self._running is not None)))
+            job._emit(job_queued(job, self._ahead(job)))
             self._lock.notify_all()
+        self._wake.set()
         return job
 
     def open_live(self, request: LiveRequest, *, owner: Optional[str] = None) -> LiveJob:
-        """Queue a live conversation; it starts when the recording running now is done, beside the other live
-        ones. At most ``max_sessions`` at a time."""
+        """Queue a live conversation; it joins the group at the next tick, beside the other live ones and the
+        recordings. At most ``max_sessions`` at a time."""
         with self._lock:
             if self.live_count() >= self.max_sessions:
                 raise EngineBusy(f"{self.max_sessions} live conversation{'s are' if self.max_sessions > 1 else ' is'} "
@@ -411,13 +447,13 @@ class Engine:
     def live_count(self) -> int:
         """Live conversations open or waiting to start (not yet closed)."""
         with self._lock:
-            jobs = (*self._lives, self._running, *self._waiting)
+            jobs = (*self._lives, *self._waiting)
             return len({id(j) for j in jobs if isinstance(j, LiveJob) and not j.finished.is_set()})
 
     def cancel_owner(self, owner: str) -> int:
         """Cancel every job (waiting or running) submitted with this owner tag; returns how many."""
         with self._lock:
-            jobs = [j for j in (self._running, *self._lives, *self._waiting) if j is not None and j.owner == owner]
+            jobs = [j for j in (*self._recordings, *self._lives, *self._waiting) if j.owner == owner]
         for job in set(jobs):
             job.cancel()
         return len(jobs)
@@ -425,16 +461,17 @@ class Engine:
     def pending(self) -> int:
         """Jobs waiting or running."""
         with self._lock:
-            return len(self._waiting) + (self._running is not None)
+            return len(self._waiting) + len(self._recordings) + len(self._lives)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel everything and stop the thread."""
         with self._lock:
             self._closing = True
-            jobs = [j for j in (self._running, *self._lives, *self._waiting) if j is not None]
+            jobs = [*self._recordings, *self._lives, *self._waiting]
             self._lock.notify_all()
         for job in set(jobs):
             job.cancel()
+        self._wake.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
 
@@ -452,45 +489,94 @@ class Engine:
         with self._lock:
             self._status = status
 
+    def _ahead(self, job: Job) -> int:
+        """What a waiting job waits for (call with the lock held): nothing for a live conversation (it joins at the
+        next tick); for a recording, the recordings before it in the queue and, when they hold every recording row,
+        the running ones."""
+        if isinstance(job, LiveJob):
+            return 0
+        ahead = itertools.takewhile(lambda j: j is not job, self._waiting)
+        before = sum(1 for j in ahead if not isinstance(j, LiveJob))
+        running = len(self._recordings)
+        return before + (running if running >= self.max_recordings else 0)
+
     def _announce_positions(self) -> None:
-        """Tell every waiting job how many are ahead of it (call with the lock held)."""
-        ahead = self._running is not None
-        for i, job in enumerate(self._waiting):
-            job._emit(job_queued(job, ahead + i))
+        """Tell every waiting job what it waits for (call with the lock held)."""
+        for job in self._waiting:
+            job._emit(job_queued(job, self._ahead(job)))
 
     # ---- the engine thread ----------------------------------------------------------------------------------
     def _main(self) -> None:
         self._load()
         while True:
-            job = self._take()
-            if job is None:
+            arrivals = self._arrivals()
+            if arrivals is None:
                 break
-            try:
-                if self.model is None:
-                    self._load()  # retry: the network may be back, or the files downloaded meanwhile
-                if self.model is None:
-                    job._emit((LiveEvent if isinstance(job, LiveJob) else Event)(ERROR, message=self.status().message))
-                    if isinstance(job, LiveJob):
-                        job._emit(LiveEvent(CLOSED))
-                elif isinstance(job, LiveJob):
-                    self._run_lives(job)
-                else:
-                    self._run(job)
-            finally:
-                with self._lock:
-                    self._running = None
-                    self._announce_positions()
+            self._round(*arrivals)
         self._set_status(EngineStatus(CLOSED, "The engine has stopped."))
 
-    def _take(self) -> Optional[Job]:
+    def _arrivals(self) -> Optional[tuple[list, list]]:
+        """Wait until there is work; take every live conversation waiting and as many recordings as rows are free
+        for them (they run from now on). None once the engine is closing and nothing runs."""
         with self._lock:
-            while not self._waiting and not self._closing:
+            while not (self._waiting or self._lives or self._recordings or self._closing):
                 self._lock.wait()
-            if self._closing:
+            if self._closing and not (self._lives or self._recordings):
                 return None
-            self._running = self._waiting.popleft()
-            self._announce_positions()
-            return self._running
+            lives = [j for j in self._waiting if isinstance(j, LiveJob)]
+            free = self.max_recordings - len(self._recordings)
+            recordings = [j for j in self._waiting if not isinstance(j, LiveJob)][:max(0, free)]
+            for job in (*lives, *recordings):
+                self._waiting.remove(job)
+            self._recordings.extend(recordings)
+            if lives or recordings:
+                self._announce_positions()
+        return lives, recordings
+
+    def _round(self, lives: list, recordings: list) -> None:
+        """Between two ticks: the arrivals join the group, every live conversation's new messages go to its session,
+        every recording gets its next input; then one tick, and each conversation's frames go out (a recording's as
+        PROGRESS events, from the tick itself). With no position ready it waits for a message."""
+        if (lives or recordings) and self.model is None:
+            self._load()  # retry: the network may be back, or the files downloaded meanwhile
+        for live in lives:
+            self._admit(live)
+        for job in recordings:
+            self._start(job)
+        for live in list(self._lives):
+            self._guarded(live, live._read)
+        for job in list(self._recordings):
+            self._advance(job)
+        ticked = self._tick()
+        for live in list(self._lives):
+            live._announce_ready()
+            live._deliver(ticked.get(live.session, []))
+            if live._over:
+                self._guarded(live, live._end)
+                self._close_live(live)
+        for job in list(self._recordings):
+            if job.cancel_requested:
+                self._stop(job, Event(CANCELLED, done=job._reached[0],
+                                      message=f"Cancelled after {job._reached[0]} of {job._reached[1]} frames."))
+        idle = all(job.input.session.waits_for_tool() for job in self._recordings)
+        if not ticked and idle and not any(live.session._ready() or live.session.setting_up for live in self._lives):
+            self._wake.wait(0.05)
+            self._wake.clear()
+
+    def _tick(self) -> dict:
+        """One ``group.step()``; a failure (a bug) fails every conversation of the group, and the engine goes on."""
+        if self.group is None:
+            return {}
+        try:
+            return self.group.step()
+        except Exception as e:
+            traceback.print_exc(file=sys.stderr)
+            message = f"Engine error: {type(e).__name__}: {e}"
+            for live in list(self._lives):
+                self._fail(live, message)
+            for job in list(self._recordings):
+                self._stop(job, Event(ERROR, message=message))
+            return {}
 
     def _load(self) -> None:
         from .compute import compile_enabled
@@ -502,8 +588,9 @@ class Engine:
             model = self._load_model(download_bar(self.name, self._set_status))
             if self._fit_sessions:
                 self.max_sessions = fitting_sessions(model)
-            if compile_enabled() and self.max_sessions > 1:  # load warmed one row up; the group meets more at joins
-                model.warm_up(sessions=self.max_sessions + 1)  # the live conversations and one recording
+            rows = self.max_sessions + self.max_recordings  # the group's (Engine._group)
+            if compile_enabled() and rows > 2:  # load warmed one row up; the group meets more at joins
+                model.warm_up(sessions=rows)
         except VoiceChatError as e:
             self._set_status(EngineStatus(FAILED, str(e)))
             return
@@ -517,127 +604,63 @@ class Engine:
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
                                         facts=model_facts(model), realtime_factor=self._status.realtime_factor)
 
-    def _run(self, job: Job) -> None:
-        if job.cancel_requested:
-            job._emit(Event(CANCELLED, message="Cancelled before it started."))
-            return
-        request = job.request
-        job._emit(Event(STARTED, prompt_frames=prompt_frames(self.model, request)))
-        t0 = time.perf_counter()
-        frames_done = 0
-
-        def progress(done: int, total: int, update: FrameUpdate) -> None:
-            nonlocal frames_done
-            frames_done = done
-            self._serve_lives()
-            if job.cancel_requested:
-                raise Cancelled(f"Cancelled after {done} of {total} frames.")
-            seconds = time.perf_counter() - t0
-            job.progress = (done, total, seconds)
-            job._emit(Event(PROGRESS, done=done, total=total, seconds=seconds, update=update))
-
-        kwargs = {} if request.config is None else {"config": request.config}
-        if request.tools:
-            kwargs["tools"] = request.tools
-        try:
-            if request.say is not None:
-                result = preview(self.model, request.speaker, request.say, request.seed, progress, self._group())
-            else:
-                result = self.model.generate(request.audio, request.sample_rate, system_prompt=request.system_prompt,
-                                             seed=request.seed, speaker=request.speaker, progress=progress,
-                                             group=self._group(), **kwargs)
-            answer = make_answer(self.model, host_result(result), time.perf_counter() - t0)
-            with self._lock:
-                self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)
-        except Cancelled as e:
-            job._emit(Event(CANCELLED, done=frames_done, message=str(e)))
-        except VoiceChatError as e:
-            job._emit(Event(ERROR, message=str(e)))
-        except Exception as e:  # a bug: report it in one line, keep serving
-            traceback.print_exc(file=sys.stderr)
-            job._emit(Event(ERROR, message=f"Engine error: {type(e).__name__}: {e}"))
-        else:
-            job._emit(Event(DONE, answer=answer))
-
-
-    def _run_lives(self, first: LiveJob) -> None:
-        """Step the live conversations together until none is left: each round hands every conversation's new
-        messages to its session, takes in the live conversations that were queued meanwhile, and runs one tick
-        (waiting for a message when no conversation has a position ready). Recordings wait until the last has
-        ended."""
-        self._admit(first)
-        while self._lives:
-            recording = self._next_recording()
-            if recording is not None:  # it steps with the live conversations (Engine._run)
-                self._run(recording)
-                with self._lock:
-                    self._running = first
-                for live, message in self._failed.items():
-                    self._fail(live, message)
-                self._failed.clear()
-                continue
-            with self._lock:
-                arrivals = [j for j in self._waiting if isinstance(j, LiveJob)]
-                for job in arrivals:
-                    self._waiting.remove(job)
-                if arrivals:
-                    self._announce_positions()
-            for live in arrivals:
-                self._admit(live)
-            for live in list(self._lives):
-                self._guarded(live, live._read)
-            try:
-                ticked = self.group.step()
-            except Exception as e:  # a bug: every conversation of the tick fails with it, the engine goes on
-                traceback.print_exc(file=sys.stderr)
-                for live in list(self._lives):
-                    self._fail(live, f"Engine error: {type(e).__name__}: {e}")
-                continue
-            for live in list(self._lives):
-                live._announce_ready()
-                live._deliver(ticked.get(live.session, []))
-                if live._over:
-                    self._guarded(live, live._end)
-                    self._close_live(live)
-            if not ticked and not any(live.session._ready() for live in self._lives):
-                self._wake.wait(0.05)
-                self._wake.clear()
-
     def _group(self):
-        """The model's group: the live conversations and one recording at a time."""
+        """The model's group: ``max_sessions`` rows for live conversations, ``max_recordings`` for recordings (its
+        rows are made as conversations join: rows never used hold no memory)."""
         if self.group is None:
-            self.group = self.model.sessions(self.max_sessions + 1)
+            self.group = self.model.sessions(self.max_sessions + self.max_recordings)
         return self.group
 
-    def _next_recording(self) -> Optional[Job]:
-        """The first recording waiting, taken from the queue (it runs now, beside the live conversations)."""
-        with self._lock:
-            job = next((j for j in self._waiting if not isinstance(j, LiveJob)), None)
-            if job is not None:
-                self._waiting.remove(job)
-                self._running = job
-                self._announce_positions()
-        return job
+    def _start(self, job: Job) -> None:
+        """A recording taken from the queue joins the group (or ends at once: cancelled, no model, refused)."""
+        if job.cancel_requested:
+            self._stop(job, Event(CANCELLED, message="Cancelled before it started."))
+        elif self.model is None:
+            self._stop(job, Event(ERROR, message=self.status().message))
+        else:
+            self._recording_work(job, lambda: job._start(self.model, self._group()))
 
-    def _serve_lives(self) -> None:
-        """Between a recording's frames: the live conversations' new audio is heard (it runs in the recording's
-        next ticks) and their finished frames go out."""
-        for live in self._lives:
-            if live in self._failed:
-                continue
-            live._announce_ready()
-            try:
-                live._read(flushing=False)
-            except Exception as e:  # it fails once the recording's tick is done (leaving now would reorder frames)
-                if not isinstance(e, VoiceChatError):
-                    traceback.print_exc(file=sys.stderr)
-                known = isinstance(e, VoiceChatError)
-                self._failed[live] = str(e) if known else f"Engine error: {type(e).__name__}: {e}"
-                continue
-            live._deliver(live.session._take())
+    def _advance(self, job: Job) -> None:
+        """A running recording's next input, once it has run what it had; its answer once all of it has run."""
+        if job.cancel_requested:
+            return  # it ends after the tick (Engine._round)
+
+        def advance() -> None:
+            if not job.input.advance():
+                answer = job._answer(self.model)
+                with self._lock:
+                    self._status = dataclasses.replace(self._status, realtime_factor=answer.realtime_factor)
+                self._stop(job, Event(DONE, answer=answer))
+
+        self._recording_work(job, advance)
+
+    def _recording_work(self, job: Job, work) -> None:
+        """``work()`` for one recording; its failure ends that recording only (in one line, a bug's traceback on the
+        terminal)."""
+        try:
+            work()
+        except VoiceChatError as e:
+            self._stop(job, Event(ERROR, message=str(e)))
+        except Exception as e:  # a bug: report it in one line, keep serving
+            traceback.print_exc(file=sys.stderr)
+            self._stop(job, Event(ERROR, message=f"Engine error: {type(e).__name__}: {e}"))
+
+    def _stop(self, job: Job, event: Event) -> None:
+        """A recording ends: it leaves the group (its row is free for the next) and the queue moves up."""
+        if job.input is not None:
+            job.input.session.close()
+        with self._lock:
+            if job in self._recordings:
+                self._recordings.remove(job)
+                self._announce_positions()
+        job._emit(event)
 
     def _admit(self, live: LiveJob) -> None:
         if live.cancel_requested:
+            live._emit(LiveEvent(CLOSED))
+            return
+        if self.model is None:
+            live._emit(LiveEvent(ERROR, message=self.status().message))
             live._emit(LiveEvent(CLOSED))
             return
         try:
@@ -713,6 +736,12 @@ def check_settings(model, request: Union[Request, LiveRequest]) -> None:
 def prompt_frames(model, request: Request) -> int:
     """Positions of the system prompt the model reads: the request's, with its tools' block when it has tools."""
     return model.prompt_length(tool_prompt(request.system_prompt, request.tools))
+
+
+def frames_left(job: Job) -> Optional[int]:
+    """A recording's positions still to run: from its progress once it runs, else its expected length (None for a
+    file path not yet read)."""
+    return job.progress[1] - job.progress[0] if job.progress else job.frames_expected
 
 
 def job_queued(job: Job, ahead: int):

@@ -43,7 +43,7 @@ from .tts.eartts import TTSState
 from .tts.mog import KeyNoise, key_draws
 
 LOOKAHEAD = 1  # ticks built and queued on the device while the host reads the one before
-MEMORY_SHARE = 0.5  # of the device's free memory, what a group's state may take as its conversations join
+MEMORY_SHARE = 0.8  # of the device's free memory, what a group's state may take (the rest: docs/batching.md §4)
 # a server's default: the most conversations whose tick p95 stayed under 80 ms on this project's 2-core CPU, tiny model
 # (docs/batching.md, bench --sessions); more fit in memory almost anywhere, so speed bounds it
 DEFAULT_MOST_SESSIONS = 4

@@ -275,7 +275,7 @@ class Connection:
             event = await events.get()
             if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
                 self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
-            if event.kind == "queued":  # the engine finishes other work first (app.py's recordings)
+            if event.kind == "queued":  # handed to the engine: it joins the next tick (docs/batching.md §5)
                 self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
                 started = True

@@ -92,7 +92,7 @@ def waiting_status(position: int, wait_seconds: Optional[float], engine_status: 
     wait = (f"Expected wait: up to about {duration_words(wait_seconds)} (from the measured speed and the lengths of "
             f"the recordings ahead). " if wait_seconds is not None else "")
     return status_html("wait", f"Waiting in line: {ahead} ahead of you",
-                       wait + "One conversation runs at a time; yours starts automatically.")
+                       wait + "Yours starts automatically as soon as the model has room for it.")
 
 
 def progress_status(event: eng.Event, prompt_frames: int, bounded: bool, frame_seconds: float) -> str:

@@ -312,8 +312,7 @@ const EVENTS = {
   },
   'voicechat.session.queued'(event) {
     this.state = 'queued';
-    const ahead = event.jobs_ahead === 1 ? '1 recording' : `${event.jobs_ahead} recordings`;
-    this.card('wait', 'Waiting for the model', `${ahead} of the Record and run tab first.`);
+    this.card('wait', 'Starting', 'The model takes the conversation in at its next 80 ms step.');
   },
   'voicechat.session.ready'(event) {
     this.state = 'live';
