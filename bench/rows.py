@@ -110,20 +110,21 @@ def measure_rows(model, r: int, runs: int) -> dict:
                 for i in range(r)]
     step = round(FRAME * RATE)
     longest = max(s.prompt_frames for s in sessions)
-    x = bench_input(longest + SETTLE + 2 * runs + 2)
+    chunks = longest + SETTLE + 2 * runs + 2
+    x = bench_input(chunks)
     fed = 0
 
-    def tick() -> float:
+    def tick() -> float:  # the input goes round (the set-ups' ticks come on top): no row runs out of frames
         nonlocal fed
         t0 = time.perf_counter()
         for s in sessions:
-            s.push(x[fed * step:(fed + 1) * step], RATE)
+            s.push(x[fed % chunks * step:(fed % chunks + 1) * step], RATE)
         group._timed("push", t0)
         group.step()
         fed += 1
         return time.perf_counter() - t0
 
-    while any(s.prompt_inputs for s in sessions) or fed < longest:
+    while any(s.setting_up or s.prompt_inputs for s in sessions) or fed < longest:  # set-ups: one stage a tick
         tick()
     for _ in range(SETTLE):
         tick()
