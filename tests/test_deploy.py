@@ -452,8 +452,8 @@ def test_a_killed_replica_closes_its_conversations_the_others_go_on_and_the_rest
     assert newcomer.replica != killed
 
     # Ray restarts the killed replica; it takes conversations once its model has loaded: then two at once land on
-    # two replicas again (the router hears of the new replica shortly after it is ready: until then the second
-    # connection is refused with server_busy, and is tried again)
+    # two replicas again. The router hears of the new replica shortly after it is ready: until then both connections
+    # go to the survivor (it has room for SESSIONS) or the second is refused with server_busy; both are tried again
     deadline = time.monotonic() + 180
     while len(cluster.ready_replicas()) < 2:
         assert time.monotonic() < deadline, "Ray did not restart the killed replica"
@@ -471,10 +471,11 @@ def test_a_killed_replica_closes_its_conversations_the_others_go_on_and_the_rest
 
         frames = run(two())
         if frames is not None:
-            break
+            for talk, got in zip(talks, frames):  # every conversation answered is its solo run, wherever it ran
+                assert got == references[talk.prompt]
+            if len({t.replica for t in talks}) == 2:
+                break
         assert time.monotonic() < deadline, "the restarted replica took no conversation"
         time.sleep(1)
-    for talk, got in zip(talks, frames):
-        assert got == references[talk.prompt]
     replicas = {t.replica for t in talks}
-    assert len(replicas) == 2 and killed not in replicas and survivor in replicas
+    assert killed not in replicas and survivor in replicas
