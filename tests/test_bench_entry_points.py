@@ -43,8 +43,10 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     assert "largest N with tick p95" in out
     r = json.loads((tmp_path / "s.json").read_text())
     assert [row["sessions"] for row in r["rows"]] == [1, 3]
-    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["set_up"]["n"] == row["sessions"]
+    assert all(row["ticks_measured"] == 20 and row["tick"]["p50"] > 0 and row["set_up"]["n"] == row["sessions"]
                and row["graph_nodes_per_tick"] > 0 for row in r["rows"])
+    # every measured tick stepped every conversation: none ran out of input before the others
+    assert [row["fewest_rows_stepped"] for row in r["rows"]] == [1, 3]
     # a lone conversation holds nobody back; each later one's stages (warm-up, prefill) stall ticks of the others
     assert [row["join"]["n"] > 0 for row in r["rows"]] == [False, True]
     bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
