@@ -11,6 +11,7 @@ the real tiny model too (the demo checkpoint, at the end).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import threading
@@ -110,8 +111,8 @@ class ScriptedModel:
 
     def sessions(self, max_sessions):
         """The engine's group: this stand-in's recordings run a frame at each ``advance`` (it has no live
-        conversations), so its ticks have nothing to do."""
-        return SimpleNamespace(step=dict)
+        conversations), so its ticks have nothing to do; its memory always has room (``check_room``)."""
+        return SimpleNamespace(step=dict, check_room=lambda: (0, 1))
 
     def recording(self, audio, sample_rate, system_prompt="", seed=0, speaker=None, config=None, progress=None,
                   tools=(), group=None):
@@ -793,3 +794,107 @@ def test_an_engine_for_many_conversations_warms_every_row_count_up(demo_dir, tra
 def test_the_recording_rows_are_at_least_one():
     with pytest.raises(ConfigError, match="max_recordings must be at least 1, got 0"):
         eng.Engine(loader_for(ScriptedModel()), name="scripted", max_recordings=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# recordings that wait for memory, on the real tiny model under a real memory limit
+# ---------------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def memory_for(model, conversations: float):
+    """The device's memory limit set to what is in use now plus room for ``conversations`` conversations' state at
+    the timeline limit in the admission's share. A real limit, not a patch: ``group.free_memory`` reads it on a GPU
+    and on a CPU alike, and the group's own check weighs its own ``state_bytes`` against it (docs/batching.md §4),
+    so 1.5 admits one conversation and refuses a second while the first runs."""
+    import mlx.core as mx
+    from voicechat import compute
+    from voicechat.group import MEMORY_SHARE, state_bytes
+    from voicechat.limits import TIMELINE_LIMIT
+
+    one = state_bytes(model.config, 1, TIMELINE_LIMIT, compute.speech_dtype().size)
+    previous = mx.set_memory_limit(mx.get_active_memory() + int(conversations * one / MEMORY_SHARE))
+    try:
+        yield
+    finally:
+        mx.set_memory_limit(previous)
+
+
+def follow(jobs: list) -> list:
+    """Each job's events, read as they come on a thread of its own; at its STARTED event, which of ``jobs`` had
+    finished (a job's DONE is emitted before the next one's STARTED, so a reader's delay cannot hide the order). ->
+    [(events, finished at its start) per job] once all have ended (120 s at most)."""
+    out = [None] * len(jobs)
+
+    def read(n: int) -> None:
+        events, finished = [], None
+        while not (events and events[-1].terminal):
+            events.append(jobs[n].next_event(120.0))
+            assert events[-1] is not None, f"job {jobs[n].id} stalled after {[e.kind for e in events[:-1]]}"
+            if events[-1].kind == eng.STARTED:
+                finished = [j.finished.is_set() for j in jobs]
+        out[n] = (events, finished)
+
+    threads = [threading.Thread(target=read, args=(n,)) for n in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150.0)
+    assert all(o is not None for o in out), "a job's events were not all read"
+    return out
+
+
+def alone_on_a_fresh_engine(demo_dir, request: eng.Request):
+    """The recording's answer from an engine of its own that runs nothing else (no memory limit)."""
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="alone").start()
+    try:
+        end = collect_within(engine.submit(request), 120.0)[-1]
+    finally:
+        engine.close()
+    assert end.kind == eng.DONE, end.message
+    return end.answer.result
+
+
+def test_recordings_that_do_not_fit_in_memory_wait_for_it_in_order(demo_dir):
+    """Memory for one recording at a time (``memory_for``: a real limit the group's admission reads) on an engine
+    with rows for three: of four recordings submitted, the first runs and the others wait for memory, their QUEUED
+    events saying so; the fourth, cancelled while it waits, leaves at once; the three others run one after another in
+    submission order (each starts once the one before has ended), each answer equal to the same recording on a fresh
+    engine of its own."""
+    requests = [long_recording(seed, prompt) for seed, prompt in enumerate(["Hi.", "Be brief.", "", "Hi."])]
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo", max_recordings=3).start()
+    try:
+        wait_until(lambda: engine.status().state == eng.READY)
+        with memory_for(engine.model, 1.5):
+            jobs = [engine.submit(request) for request in requests]
+            waiting = until_within(jobs[3], lambda e: e.kind == eng.QUEUED and e.message, 60.0)
+            jobs[3].cancel()
+            cancelled = collect(jobs[3])[-1]
+            assert not jobs[0].finished.is_set()  # it left while the first still ran
+            followed = follow(jobs[:3])
+    finally:
+        engine.close()
+    assert waiting.message == "waiting for memory: 1 conversation running"
+    assert waiting.position == 3  # two recordings ahead, one running
+    assert cancelled.kind == eng.CANCELLED and cancelled.message == "Cancelled while waiting."
+    assert [events[-1].kind for events, _ in followed] == [eng.DONE] * 3, [e[-1].message for e, _ in followed]
+    assert [finished for _, finished in followed] == [[False, False, False], [True, False, False],
+                                                      [True, True, False]]  # one at a time, in submission order
+    reasons = [{e.message for e in events if e.kind == eng.QUEUED} for events, _ in followed]
+    assert reasons[0] == {""} and all("waiting for memory: 1 conversation running" in r for r in reasons[1:])
+    for (events, _), request in zip(followed, requests):
+        assert_same_answer(events[-1].answer.result, alone_on_a_fresh_engine(demo_dir, request))
+
+
+def test_a_recording_that_can_never_fit_ends_with_the_message(demo_dir):
+    """With room for half a conversation (``memory_for``) and nothing else running, a recording can never fit: it
+    ends with the admission's one-line message, as a live conversation's refusal does, without waiting for memory."""
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo", max_recordings=3).start()
+    try:
+        wait_until(lambda: engine.status().state == eng.READY)
+        with memory_for(engine.model, 0.5):
+            events = collect_within(engine.submit(long_recording(0)), 60.0)
+    finally:
+        engine.close()
+    assert events[-1].kind == eng.ERROR
+    assert events[-1].message.startswith("one more conversation would not fit in memory: ")
+    assert "\n" not in events[-1].message and not any(e.message for e in events if e.kind == eng.QUEUED)
+    assert engine.pending() == 0

@@ -40,7 +40,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .config import GenerationConfig
-from .errors import ConfigError, ToolError, VoiceChatError
+from .errors import ConfigError, SessionsFull, ToolError, VoiceChatError
 from .limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
 from .answer import Answer, make_answer
 from .result import FrameUpdate, Result
@@ -83,14 +83,15 @@ class Request:
 @dataclass(frozen=True)
 class Event:
     kind: str  # QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED
-    position: int = 0  # QUEUED: jobs it waits for (recordings ahead; the running ones when they fill every row)
+    position: int = 0  # QUEUED: jobs it waits for (recordings ahead; the running ones when they fill every row or
+    #                    the memory)
     prompt_frames: int = 0  # STARTED: positions of the system prompt (the first ones the progress counts)
     done: int = 0  # PROGRESS: timeline positions computed (the prompt's included)
     total: int = 0  # PROGRESS: positions of the whole run (in automatic mode a bound: the run may end earlier)
     seconds: float = 0.0  # PROGRESS: wall seconds since the job started (the DONE answer's wall_seconds clock)
     update: Optional[FrameUpdate] = None  # PROGRESS: stage and the text so far
     answer: Optional[Answer] = None  # DONE
-    message: str = ""  # ERROR / CANCELLED: one line for the user
+    message: str = ""  # ERROR / CANCELLED: one line for the user; QUEUED: why it waits, when not only for its turn
 
     @property
     def frame(self):
@@ -368,6 +369,7 @@ class Engine:
         self.group: Any = None  # the model's SessionGroup, once it is loaded (engine thread only)
         self._lives: list[LiveJob] = []  # the live conversations the engine thread steps now
         self._recordings: list[Job] = []  # the recordings it steps now, in the order they started
+        self._short_of_memory = False  # a recording did not fit: none starts until a conversation ends
         self._wake = threading.Event()  # a live conversation has a message, or a job arrived
         self.model: Any = None  # touched by the engine thread only
         self.thread = threading.Thread(target=self._main, name="voicechat-engine", daemon=True)
@@ -394,15 +396,16 @@ class Engine:
     def wait_seconds(self, job: Job) -> Optional[float]:
         """The expected wait of a waiting recording: until a recording row is free for it, the rows freeing as the
         running recordings and the ones ahead end (their frames left, all advancing together, one per tick), at a
-        running recording's measured speed (else the last run's, else the expected one). None when the job is not
-        waiting or a recording it waits for has no length (a file path)."""
+        running recording's measured speed (else the last run's, else the expected one); while recordings wait for
+        memory, only the running recordings' rows. None when the job is not waiting, a recording it waits for has no
+        length (a file path) or it waits for memory held by live conversations alone (their end is not known)."""
         with self._lock:
             if job not in self._waiting or isinstance(job, LiveJob):
                 return None
-            rows = [frames_left(r) for r in self._recordings] + [0] * (self.max_recordings - len(self._recordings))
+            rows = [frames_left(r) for r in self._recordings] + [0] * self._free_rows()
             ahead = [frames_left(j) for j in itertools.takewhile(lambda j: j is not job, self._waiting)
                      if not isinstance(j, LiveJob)]
-            if None in rows or None in ahead:
+            if not rows or None in rows or None in ahead:
                 return None
             for frames in ahead:  # each takes the row that is free first
                 rows[rows.index(min(rows))] += frames
@@ -429,7 +432,7 @@ class Engine:
                 job.frames_expected = expected_frames(self.model, request)
             self._next_id += 1
             self._waiting.append(job)
-            job._emit(job_queued(job, self._ahead(job)))
+            job._emit(self._queued(job))
             self._lock.notify_all()
         self._wake.set()
         return job
@@ -489,21 +492,27 @@ class Engine:
         with self._lock:
             self._status = status
 
-    def _ahead(self, job: Job) -> int:
-        """What a waiting job waits for (call with the lock held): nothing for a live conversation (it joins at the
-        next tick); for a recording, the recordings before it in the queue and, when they hold every recording row,
-        the running ones."""
+    def _free_rows(self) -> int:
+        """Recordings the queue may start now (call with the lock held): the free recording rows, none while a
+        recording waits for memory."""
+        return 0 if self._short_of_memory else self.max_recordings - len(self._recordings)
+
+    def _queued(self, job: Job) -> Union[Event, LiveEvent]:
+        """What a waiting job waits for, as its QUEUED event (call with the lock held): nothing for a live
+        conversation (it joins at the next tick); for a recording, the recordings before it in the queue and, when
+        no row is free for it (every recording row taken, or the memory), the running ones, with the memory named."""
         if isinstance(job, LiveJob):
-            return 0
+            return LiveEvent(QUEUED)
         ahead = itertools.takewhile(lambda j: j is not job, self._waiting)
         before = sum(1 for j in ahead if not isinstance(j, LiveJob))
         running = len(self._recordings)
-        return before + (running if running >= self.max_recordings else 0)
+        return Event(QUEUED, position=before + (running if self._free_rows() <= 0 else 0),
+                     message=waiting_for_memory(running + len(self._lives)) if self._short_of_memory else "")
 
     def _announce_positions(self) -> None:
         """Tell every waiting job what it waits for (call with the lock held)."""
         for job in self._waiting:
-            job._emit(job_queued(job, self._ahead(job)))
+            job._emit(self._queued(job))
 
     # ---- the engine thread ----------------------------------------------------------------------------------
     def _main(self) -> None:
@@ -517,15 +526,15 @@ class Engine:
 
     def _arrivals(self) -> Optional[tuple[list, list]]:
         """Wait until there is work; take every live conversation waiting and as many recordings as rows are free
-        for them (they run from now on). None once the engine is closing and nothing runs."""
+        for them (none while one waits for memory: :meth:`_requeue`); they run from now on. None once the engine is
+        closing and nothing runs."""
         with self._lock:
             while not (self._waiting or self._lives or self._recordings or self._closing):
                 self._lock.wait()
             if self._closing and not (self._lives or self._recordings):
                 return None
             lives = [j for j in self._waiting if isinstance(j, LiveJob)]
-            free = self.max_recordings - len(self._recordings)
-            recordings = [j for j in self._waiting if not isinstance(j, LiveJob)][:max(0, free)]
+            recordings = [j for j in self._waiting if not isinstance(j, LiveJob)][:max(0, self._free_rows())]
             for job in (*lives, *recordings):
                 self._waiting.remove(job)
             self._recordings.extend(recordings)
@@ -541,8 +550,7 @@ class Engine:
             self._load()  # retry: the network may be back, or the files downloaded meanwhile
         for live in lives:
             self._admit(live)
-        for job in recordings:
-            self._start(job)
+        self._start_recordings(recordings)
         for live in list(self._lives):
             self._guarded(live, live._read)
         for job in list(self._recordings):
@@ -611,6 +619,51 @@ class Engine:
             self.group = self.model.sessions(self.max_sessions + self.max_recordings)
         return self.group
 
+    def _start_recordings(self, recordings: list) -> None:
+        """The recordings taken from the queue start in order; from the first that does not fit in memory beside the
+        conversations running, it and those after it go back to the head of the queue (docs/batching.md §5)."""
+        for n, job in enumerate(recordings):
+            if self._waits_for_memory(job):
+                self._requeue(recordings[n:])
+                return
+            self._start(job)
+
+    def _waits_for_memory(self, job: Job) -> bool:
+        """Whether ``job`` must wait before it starts: the group's admission would refuse one more conversation now
+        and other conversations run, whose end frees memory. With none running it never fits: it starts, and the
+        admission ends it with its message."""
+        if job.cancel_requested or self.model is None or not self._running_conversations():
+            return False
+        try:
+            self._group().check_room()
+        except SessionsFull:
+            return True
+        return False
+
+    def _running_conversations(self) -> int:
+        """Conversations in the group: the live ones and the recordings that have started."""
+        return len(self._lives) + sum(1 for job in self._recordings if job.input is not None)
+
+    def _requeue(self, jobs: list) -> None:
+        """Recordings that did not start go back to the head of the queue in their order, and the queue starts none
+        until a conversation ends (:meth:`_ended`): no retry before memory can have freed. One cancelled meanwhile
+        leaves the queue now."""
+        with self._lock:
+            for job in jobs:
+                self._recordings.remove(job)
+            self._waiting.extendleft(reversed(jobs))
+            self._short_of_memory = True
+            self._announce_positions()
+        for job in jobs:
+            if job.cancel_requested:
+                self._withdraw(job)
+
+    def _ended(self) -> None:
+        """A conversation left the group (call with the lock held): its row and memory may take the next recording,
+        and the queue moves up."""
+        self._short_of_memory = False
+        self._announce_positions()
+
     def _start(self, job: Job) -> None:
         """A recording taken from the queue joins the group (or ends at once: cancelled, no model, refused)."""
         if job.cancel_requested:
@@ -652,7 +705,7 @@ class Engine:
         with self._lock:
             if job in self._recordings:
                 self._recordings.remove(job)
-                self._announce_positions()
+                self._ended()
         job._emit(event)
 
     def _admit(self, live: LiveJob) -> None:
@@ -698,6 +751,7 @@ class Engine:
         with self._lock:
             if live in self._lives:
                 self._lives.remove(live)
+                self._ended()
         live._emit(LiveEvent(CLOSED))
 
 
@@ -744,8 +798,9 @@ def frames_left(job: Job) -> Optional[int]:
     return job.progress[1] - job.progress[0] if job.progress else job.frames_expected
 
 
-def job_queued(job: Job, ahead: int):
-    return LiveEvent(QUEUED, position=ahead) if isinstance(job, LiveJob) else Event(QUEUED, position=ahead)
+def waiting_for_memory(running: int) -> str:
+    """A QUEUED event's reason while recordings wait for memory to free."""
+    return f"waiting for memory: {running} conversation{'s' if running != 1 else ''} running"
 
 
 def host_result(result: Result) -> Result:

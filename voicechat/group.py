@@ -211,24 +211,30 @@ class SessionGroup:
         return sum(1 for m in self.members if m is not None)
 
     def _free_row(self) -> int:
-        for row, member in enumerate(self.members):
-            if member is None:
-                return row
-        if len(self.members) >= self.max_sessions:
+        """The first free row, else the next one to add; :class:`SessionsFull` when all ``max_sessions`` are open."""
+        row = next((r for r, member in enumerate(self.members) if member is None), len(self.members))
+        if row >= self.max_sessions:
             raise SessionsFull(f"this group holds {self.max_sessions} conversations at most and all are open; "
                                "close one first")
-        self.members.append(None)
-        return len(self.members) - 1
+        return row
+
+    def check_room(self) -> tuple[int, int]:
+        """Admission's checks, taking nothing (the engine asks before a recording starts, docs/batching.md §5): ->
+        the row one more conversation would take and the rows the group would then hold, or :class:`SessionsFull`."""
+        row = self._free_row()
+        rows = grown_rows(self.rows, row, self.max_sessions)
+        self._check_memory(rows)
+        return row, rows
 
     def admit(self, session) -> int:
         """Admission, as ``session`` asks: a row for it (grown into when needed), or :class:`SessionsFull`. The
         row is its own from now on; its state is written when its set-up joins it (:meth:`join`)."""
-        row = self._free_row()
-        rows = grown_rows(self.rows, row, self.max_sessions)
-        self._check_memory(rows)
+        row, rows = self.check_room()
         if rows > self.rows:
             self.finish_running()
             self._grow(rows)
+        if row == len(self.members):
+            self.members.append(None)
         self.members[row] = session
         return row
 

@@ -83,16 +83,20 @@ def rtf_text(rtf: float) -> str:
     return f"RTF {rtf:.2f} ({'faster' if rtf < 1 else 'slower'} than real time)"
 
 
-def waiting_status(position: int, wait_seconds: Optional[float], engine_status: eng.EngineStatus) -> str:
+def waiting_status(queued: eng.Event, wait_seconds: Optional[float], engine_status: eng.EngineStatus) -> str:
+    """A waiting run's card from its last QUEUED event: the requests ahead, the engine's reason when it waits for
+    more than its turn (memory: docs/batching.md §5) and the expected wait."""
     if engine_status.state in (eng.STARTING, eng.LOADING, eng.DOWNLOADING):
         return status_html("wait", "Waiting for the model", engine_status.message, engine_status.fraction)
-    if position == 0:
+    position, reason = queued.position, queued.message
+    if position == 0 and not reason:
         return status_html("wait", "Starting", "Your request is next.")
     ahead = "1 request" if position == 1 else f"{position} requests"
+    title = f"Waiting in line: {ahead} ahead of you" if position else "Waiting for memory"
+    why = f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
     wait = (f"Expected wait: up to about {duration_words(wait_seconds)} (from the measured speed and the lengths of "
             f"the recordings ahead). " if wait_seconds is not None else "")
-    return status_html("wait", f"Waiting in line: {ahead} ahead of you",
-                       wait + "Yours starts automatically as soon as the model has room for it.")
+    return status_html("wait", title, why + wait + "Yours starts automatically as soon as the model has room for it.")
 
 
 def progress_status(event: eng.Event, prompt_frames: int, bounded: bool, frame_seconds: float) -> str:
@@ -435,7 +439,7 @@ class RecordAndRun:
 
     def _follow(self, job: eng.Job, ask: Question, answer: stream.AnswerStream) -> Iterator[tuple]:
         """Render the job's events until it ends; progress at most 5 times a second."""
-        position, last_shown, unshown = 0, 0.0, None
+        queued, last_shown, unshown = eng.Event(eng.QUEUED), 0.0, None
         running, frames = False, None  # once it runs: (the prompt's positions, seconds per position)
         calls: dict = {}  # call id -> the newest record of each tool call the frames reported
         while True:
@@ -445,10 +449,10 @@ class RecordAndRun:
                     yield self._progress_frame(unshown, frames, ask, calls)
                     unshown = None
                 else:
-                    yield self._frame() if running else self._waiting_frame(job, position)
+                    yield self._frame() if running else self._waiting_frame(job, queued)
             elif event.kind == eng.QUEUED:
-                position = event.position
-                yield self._waiting_frame(job, position)
+                queued = event
+                yield self._waiting_frame(job, queued)
             elif event.kind == eng.STARTED:
                 running, frames = True, (event.prompt_frames, self.engine.status().facts.frame_seconds)
                 yield self._frame(status=status_html("run", "Starting…", "", 0.0))
@@ -473,8 +477,8 @@ class RecordAndRun:
                                   status_html("error", "Something went wrong", event.message))
                 return
 
-    def _waiting_frame(self, job: eng.Job, position: int) -> tuple:
-        return self._frame(status=waiting_status(position, self.engine.wait_seconds(job), self.engine.status()))
+    def _waiting_frame(self, job: eng.Job, queued: eng.Event) -> tuple:
+        return self._frame(status=waiting_status(queued, self.engine.wait_seconds(job), self.engine.status()))
 
     def _progress_frame(self, event: eng.Event, frames: tuple[int, float], ask: Question, calls: dict) -> tuple:
         status = progress_status(event, frames[0], bounded(ask.config), frames[1])
