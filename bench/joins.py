@@ -5,8 +5,10 @@
 80 ms, then one ``group.step()``). Then a conversation with a system prompt of about P positions asks to join
 (``group.session``); the ticks go on until it has joined. Its set-up runs in stages between the ticks, one a tick
 (``Session._set_up``, docs/batching.md §1): what a tick of the others waits for is the asking plus that tick's
-stage. Per P, over the rounds: a tick's wall time before the join (p50), the ticks with set-up work, the longest and
-the median such wait, and the whole set-up (all of it: what one piece between two ticks would hold them back).
+stage. Per P and voice, over the rounds: a tick's wall time before the join (p50), the ticks with set-up work, the
+longest and the median such wait, and the whole set-up (all of it: what one piece between two ticks would hold them
+back). The voice: ``known``, the running conversations' (the model keeps its TTS warm-up, so the set-up skips it),
+or ``new``, one no conversation had (a noise recording of its own each round: its set-up runs the warm-up).
 Milliseconds of wall time, timed around the set-up work itself (the ticks' own time on a shared machine varies more
 than a stage takes).
 """
@@ -14,8 +16,11 @@ than a stage takes).
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
+
+import numpy as np
 
 from voicechat import load
 from voicechat.benchmarks.frame import speech_script
@@ -23,6 +28,16 @@ from voicechat.benchmarks.sessions import CountingGroup, session_counts
 from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input
 
 STEADY_TICKS = 5  # ticks timed before the join: what one tick of the running conversations takes
+VOICES = ("known", "new")
+_new_voices = itertools.count()
+
+
+def voice(model, kind: str):
+    """The joining conversation's speaker: the running ones' (None: the checkpoint's) or 3 s of noise never heard."""
+    if kind == "known":
+        return None
+    rate = model.config.codec.sample_rate
+    return (np.random.default_rng(next(_new_voices)).standard_normal(3 * rate) * 0.1).astype(np.float32), rate
 
 
 def prompt_of(model, positions: int) -> str:
@@ -35,7 +50,7 @@ def prompt_of(model, positions: int) -> str:
     return text(n)
 
 
-def one_join(model, running: int, prompt: str, seed: int) -> dict:
+def one_join(model, running: int, prompt: str, seed: int, speaker=None) -> dict:
     """-> the joining conversation's prompt positions and the set-up's wait in each tick that had some (seconds)."""
     group = CountingGroup(model, running + 1)
     x = bench_input(400)
@@ -67,7 +82,7 @@ def one_join(model, running: int, prompt: str, seed: int) -> dict:
         tick()
         steady.append(time.perf_counter() - t0)
     joining = []
-    waits = [tick(lambda: joining.append(group.session(prompt, seed)))]
+    waits = [tick(lambda: joining.append(group.session(prompt, seed, speaker)))]
     while joining[0].setting_up:
         waits.append(tick())
     for s in [*sessions, *joining]:
@@ -86,11 +101,13 @@ def main() -> int:
     model = load(args.model)
     one_join(model, args.running, prompt_of(model, max(args.prompts)), 0)  # warm-up: the shapes once
     print(f"model {args.model}  {args.running} conversations running, one joins; ms over {args.rounds} rounds")
-    print(f"{'prompt':>7s} {'tick p50':>9s} {'ticks':>6s} {'wait max':>9s} {'wait p50':>9s} {'whole set-up p50':>17s}")
-    for positions in args.prompts:
-        rows = [one_join(model, args.running, prompt_of(model, positions), r + 1) for r in range(args.rounds)]
+    print(f"{'prompt':>7s} {'voice':>6s} {'tick p50':>9s} {'ticks':>6s} {'wait max':>9s} {'wait p50':>9s} "
+          f"{'whole set-up p50':>17s}")
+    for positions, kind in itertools.product(args.prompts, VOICES):
+        rows = [one_join(model, args.running, prompt_of(model, positions), r + 1, voice(model, kind))
+                for r in range(args.rounds)]
         waits = [w for r in rows for w in r["waits"]]
-        print(f"{rows[0]['positions']:7d} {statistics.median(r['tick'] for r in rows) * 1e3:9.1f} "
+        print(f"{rows[0]['positions']:7d} {kind:>6s} {statistics.median(r['tick'] for r in rows) * 1e3:9.1f} "
               f"{len(rows[0]['waits']):6d} {max(waits) * 1e3:9.1f} "
               f"{statistics.median(waits) * 1e3:9.1f} {statistics.median(sum(r['waits']) for r in rows) * 1e3:17.1f}")
     return 0

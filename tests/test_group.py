@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from conftest import HARNESS_RUNS, NEMO
+from conftest import HARNESS_RUNS, HARNESS_WAV, NEMO
 import voicechat
 from voicechat import GenerationConfig
 from voicechat.errors import SessionsFull
@@ -245,13 +245,14 @@ def drive(group, talks: dict) -> dict:
 
 def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
     """A joining conversation's set-up runs a stage a tick (docs/batching.md §1): the speaker's codes, the TTS
-    warm-up WARMUP_STAGE_LAYERS layers a stage, then its prompt's prefill PREFILL_STAGE positions a stage, the join
-    with the last. The running conversation advances a position in
-    each of those ticks; the joining one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
+    warm-up WARMUP_STAGE_LAYERS layers a stage (a voice new to the model: a fresh one, and a voice cloned from the
+    question's recording, unlike the running conversation's), then its prompt's prefill PREFILL_STAGE positions a
+    stage, the join with the last. The running conversation advances a position in each of those ticks; the joining
+    one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
     from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
-    m, x = model("tiny_model"), recording()
-    talks = [Talk(x, 1280, 0, "Hi.", 1), Talk(x[::-1].copy(), 999, 0, LONG_PROMPT, 2, str(SPEAKER))]
+    m, x = voicechat.load(NEMO / "tiny_model"), recording()
+    talks = [Talk(x, 1280, 0, "Hi.", 1), Talk(x[::-1].copy(), 999, 0, LONG_PROMPT, 2, str(HARNESS_WAV))]
     group = m.sessions(2)
     a, a_chunks = talks[0].open(m, group), talks[0].chunks()
     a.push(a_chunks.pop(0), RATE)

@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import hashlib
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, Union
 
@@ -21,7 +22,7 @@ from . import compute
 import mlx.core as mx
 
 from .audio import prepare_input, read_audio, resample
-from .cache import capacities
+from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
@@ -44,6 +45,9 @@ WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversa
 WARM_PROMPT_POSITIONS = (16, 32)
 # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 WARM_FRAMES = 4
+# speakers whose TTS warm-up caches a model keeps, the least recently joined dropped first: 9.5 MB each at full size,
+# 153 MB for all, under a tenth of one conversation's state at the timeline limit (docs/batching.md §1)
+WARM_VOICES = 16
 
 Progress = Callable[[int, int, FrameUpdate], None]
 
@@ -59,6 +63,7 @@ class Model:
         self._warmup_codes: dict = {}
         self._silence: Optional[mx.array] = None
         self._warmup_cond: dict = {}
+        self._warm_voices: OrderedDict = OrderedDict()  # _voice_key -> the TTS warm-up's caches, oldest use first
 
     # -- speaker ---------------------------------------------------------------------------------------------
     def speakers(self) -> list[str]:
@@ -105,12 +110,36 @@ class Model:
         """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (docs/model.md §2.5.9); the
         prompt is silence for a cached latent. They depend on the speaker audio alone: computed once per model."""
         cfg = self.config
-        key = None if audio is None else hashlib.sha1(np.ascontiguousarray(audio, np.float32).tobytes()).hexdigest()
+        key = content_key(audio)
         if key not in self._warmup_codes:
             n = prompt_samples(cfg.tts.audio_prompt_duration, cfg.codec.sample_rate, cfg.codec.samples_per_frame)
             wave = warmup_waveform(audio, n, cfg.codec.samples_per_frame)
             self._warmup_codes[key] = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
         return self._warmup_codes[key]
+
+    def _voice_key(self, latent: Optional[mx.array], audio: Optional[np.ndarray]) -> tuple:
+        """What a speaker's TTS warm-up depends on (``_speaker``'s pair): its audio (the warm-up codes) and its latent
+        where the TTS reads one. Not the seed: the draws' key is the conversation's, outside the caches."""
+        reads_latent = latent is not None and self.net.tts_model.tts_model.reads_latent
+        return content_key(audio), content_key(np.asarray(latent.astype(mx.float32))) if reads_latent else None
+
+    def _warm_caches(self, key: tuple) -> Optional[list[KVCache]]:
+        """The TTS warm-up's caches of the speaker ``_voice_key`` names, if a conversation before had them (read only:
+        a join copies them into its row, ``RowsKV.put``)."""
+        caches = self._warm_voices.get(key)
+        if caches is not None:
+            self._warm_voices.move_to_end(key)
+        return caches
+
+    def _keep_warm_caches(self, key: tuple, caches: list[KVCache]) -> list[KVCache]:
+        """Keep a speaker's TTS warm-up caches (copies of their positions alone, evaluated) for the conversations
+        after it, WARM_VOICES speakers at most -> the kept caches."""
+        kept = [cache.kept() for cache in caches]
+        mx.eval([cache.arrays() for cache in kept])
+        self._warm_voices[key] = kept
+        while len(self._warm_voices) > WARM_VOICES:
+            self._warm_voices.popitem(last=False)
+        return kept
 
     def _warmup_conditioning(self, inputs) -> mx.array:
         """The TTS warm-up's conditioning, the same for every conversation (its subword inputs depend on the frame
@@ -307,6 +336,11 @@ class OfflineInput:
 
     def result(self) -> Result:
         return dataclasses.replace(self.session.result(), input_frames=self.input_frames)
+
+
+def content_key(x: Optional[np.ndarray]) -> Optional[str]:
+    """A digest of an array's float32 samples (None for none): equal arrays, equal keys."""
+    return None if x is None else hashlib.sha1(np.ascontiguousarray(x, np.float32).tobytes()).hexdigest()
 
 
 def blocks(x: np.ndarray, size: int) -> Iterator[np.ndarray]:

@@ -90,6 +90,15 @@ class KVCache:
         seen = end if self.window is None else min(end, self.window)
         return self.keys[..., :seen, :], self.values[..., :seen, :], ("causal" if n > 1 else None)
 
+    def kept(self) -> "KVCache":
+        """A copy of the positions so far in buffers of their own, sized to them (lazy): what stays of a speaker's
+        TTS warm-up for the conversations after it (docs/batching.md §1). A slice would hold the whole buffer."""
+        used = min(self.offset, self.window or self.offset)
+        copy = KVCache(self.window)
+        copy.keys, copy.values = (mx.contiguous(buf[..., :used, :]) for buf in (self.keys, self.values))
+        copy.offset = self.offset
+        return copy
+
     def positions(self) -> np.ndarray:
         """Positions so far, per row that has its own (one here: every row of the buffer shares ``offset``)."""
         return np.array([self.offset])

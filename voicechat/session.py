@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Generator, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
 from .stt.rnnt import RNNTGreedy, Transcript
 from .tokenizer import TextStream, channel_text
 from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
-from .tts.eartts import TTSSettings, warmup_inputs
+from .tts.eartts import TTSSettings, TTSState, warmup_inputs
 from .tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
@@ -213,36 +213,49 @@ class Session:
         """The set-up, a stage per ``next`` (each a bounded piece of work the group runs between two ticks, so a
         joining conversation holds the others' ticks back by one stage at most: docs/batching.md §1): the speaker's
         warm-up codes and the warm-up's conditioning (each computed once per model and speaker); the TTS warm-up's
-        backbone forward, WARMUP_STAGE_LAYERS layers a stage; then the system prompt's LLM prefill, PREFILL_STAGE
-        positions a stage
-        (their predictions are discarded, docs/model.md §1.2 E); with the last, the join into its row (a few
-        copies), its prompt's positions queued."""
+        backbone forward, WARMUP_STAGE_LAYERS layers a stage, unless the model keeps this speaker's caches from a
+        conversation before (then the set-up begins with its prefill); then the system prompt's LLM prefill,
+        PREFILL_STAGE positions a stage (their predictions are discarded, docs/model.md §1.2 E); with the last, the
+        join into its row (a few copies), its prompt's positions queued."""
         c = self.cfg
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
-        cond = self.model._warmup_conditioning(inputs)
-        tts, backbone = self.tts.tts_model, self.tts.tts_model.backbone
-        tts_state = tts.warmup_state(self.noise)
-        x = tts.warmup_input(inputs, latent, cond)
-        self.clock.add("tts warm-up", t0, x)
-        layers = len(backbone.layers)
-        for start in range(0, layers, WARMUP_STAGE_LAYERS):  # TTSModel.warmup, in pieces of layers
-            yield
-            t0 = time.perf_counter()
-            x = backbone.through(x, tts_state.caches, range(start, min(start + WARMUP_STAGE_LAYERS, layers)))
-            self.clock.add("tts warm-up", t0, x, tts_state.arrays())
+        voice = self.model._voice_key(latent, speaker_audio)
+        caches = self.model._warm_caches(voice)
+        known = caches is not None
+        if known:
+            self.clock.add("tts warm-up", t0)
+        else:
+            caches = self.model._keep_warm_caches(voice, (yield from self._tts_warm_up(inputs, latent, t0)))
         lm_state = lm.LMState(self.stt, c)
         prompt = mx.array(self.prompt_ids)[None]
         for start in range(0, self.prompt_frames, PREFILL_STAGE):
-            yield
+            if start or not known:  # a known speaker's first prefill is the set-up's first stage
+                yield
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, lm_state, prompt[:, start:start + PREFILL_STAGE])
             self.clock.add("prompt prefill", t0, lm_state.arrays)
-        self.group.join(self, lm_state, tts_state, mx.array(np.asarray(inputs.code)[-1].astype(np.int32)),
-                        mx.array(self.frame0_codes))
+        self.group.join(self, lm_state, TTSState(caches, self.noise),
+                        mx.array(np.asarray(inputs.code)[-1].astype(np.int32)), mx.array(self.frame0_codes))
         zero = mx.zeros((c.audio.encoder.d_model,))
         # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
         self.prompt_inputs.extend([(None, zero, True)] * self.prompt_frames)
+
+    def _tts_warm_up(self, inputs, latent, t0: float) -> Generator[None, None, list]:
+        """The TTS warm-up's backbone forward on fresh caches (``RVQEARTTSModel.warmup``), WARMUP_STAGE_LAYERS layers
+        a stage after the stage that makes its input -> the caches (``yield from``'s value). The caches depend on the
+        speaker alone: the conversation's draws are not in them (docs/batching.md §1)."""
+        tts, backbone = self.tts.tts_model, self.tts.tts_model.backbone
+        caches = backbone.make_caches()
+        x = tts.warmup_input(inputs, latent, self.model._warmup_conditioning(inputs))
+        self.clock.add("tts warm-up", t0, x)
+        layers = len(backbone.layers)
+        for start in range(0, layers, WARMUP_STAGE_LAYERS):  # a forward in pieces of layers: the same numbers
+            yield
+            t0 = time.perf_counter()
+            x = backbone.through(x, caches, range(start, min(start + WARMUP_STAGE_LAYERS, layers)))
+            self.clock.add("tts warm-up", t0, x, [a for cache in caches for a in cache.arrays()])
+        return caches
 
     @property
     def setting_up(self) -> bool:

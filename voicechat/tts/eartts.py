@@ -231,6 +231,12 @@ class RVQEARTTSModel(nn.Module):
         return code_embeds + cond
 
     # -- warm-up -----------------------------------------------------------------------------------------------
+    @property
+    def reads_latent(self) -> bool:
+        """Whether the warm-up reads a speaker latent (``use_audio_prompt_frozen_projection``): without it, a latent
+        changes nothing of the warm-up (docs/model.md §2.5.5)."""
+        return "audio_prompt_projection_W" in self
+
     def warmup_code_embeds(self, inputs: WarmupInputs, latent: Optional[mx.array] = None) -> mx.array:
         """docs/model.md §2.5.5: embed the codes shifted right by one frame (frame 0 gets code 0, not the pad); before
         the BOS frame use the speaker latent (or, without one, the frozen projection of the code embeddings) when
@@ -241,7 +247,7 @@ class RVQEARTTSModel(nn.Module):
         audio_mask = np.asarray(inputs.audio_mask, dtype=bool)
         bos = audio_mask & ~np.append(False, audio_mask[:-1])
         before_bos = np.cumsum(bos) == 0
-        if "audio_prompt_projection_W" in self:
+        if self.reads_latent:
             if latent is None:
                 prompt = embeds @ self.audio_prompt_projection_W
             elif latent.size != embeds.size:
