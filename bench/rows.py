@@ -30,7 +30,7 @@ import numpy as np
 import mlx.core as mx
 import mlx.nn as nn
 
-from voicechat import load
+from voicechat import compute, load
 from voicechat.benchmarks import count_ops
 from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.sessions import PROMPTS, session_counts
@@ -100,17 +100,19 @@ def percentiles(seconds: list[float]) -> dict:
     return {"p50": float(np.median(ms)), "p90": float(np.percentile(ms, 90)), "n": len(ms)}
 
 
-def measure_rows(model, r: int, runs: int) -> dict:
-    """R conversations in one group past their prompts; whole ticks, then profiled ticks per part."""
+def steady_group(model, r: int, ticks: int, group_class=None):
+    """R conversations in one group (``group_class``, default :class:`ProfiledGroup`), ticked until every one is past
+    its prompt and SETTLE ticks more. -> (group, sessions, tick): ``tick()`` pushes each conversation's next 80 ms and
+    steps the group, ``ticks`` more times at least without a row running out of input; it returns its seconds."""
     from voicechat.session import Session
 
-    group = ProfiledGroup(model, r)
+    group = (group_class or ProfiledGroup)(model, r)
     sessions = [Session(model, PROMPTS[i % len(PROMPTS)], i, group=group,
                         script=speech_script(model, model.prompt_length(PROMPTS[i % len(PROMPTS)])))
                 for i in range(r)]
     step = round(FRAME * RATE)
     longest = max(s.prompt_frames for s in sessions)
-    chunks = longest + SETTLE + 2 * runs + 2
+    chunks = longest + SETTLE + ticks + 2
     x = bench_input(chunks)
     fed = 0
 
@@ -128,6 +130,12 @@ def measure_rows(model, r: int, runs: int) -> dict:
         tick()
     for _ in range(SETTLE):
         tick()
+    return group, sessions, tick
+
+
+def measure_rows(model, r: int, runs: int) -> dict:
+    """R conversations in one group past their prompts; whole ticks, then profiled ticks per part."""
+    group, sessions, tick = steady_group(model, r, 2 * runs)
     group.host = {}
     whole = [tick() for _ in range(runs)]
     host, group.host = group.host, None
@@ -156,6 +164,16 @@ def llm_shapes(model) -> dict[tuple[int, int], int]:
         else:
             continue
         shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+def speech_shapes(model) -> dict[tuple[int, int], int]:
+    """(out, in) of each dense Linear outside the LLM (the encoder, the RNNT, the TTS, the codec) -> how many."""
+    llm = {id(m) for _, m in model.net.stt_model.llm.named_modules()}
+    shapes: dict[tuple[int, int], int] = {}
+    for _, m in model.net.named_modules():
+        if isinstance(m, nn.Linear) and not isinstance(m, nn.QuantizedLinear) and id(m) not in llm:
+            shapes[tuple(m.weight.shape)] = shapes.get(tuple(m.weight.shape), 0) + 1
     return shapes
 
 
@@ -192,6 +210,36 @@ def qmm_shape(n_out: int, n_in: int, layers: int, runs: int) -> list[dict]:
     return out
 
 
+def dense_probe(model, runs: int, most: int) -> list[dict]:
+    """The speech path's dense products over M rows (each a conversation's one row, [M, 1, K]) written three ways:
+    ``x @ W^T`` (MLX's CUDA backend folds the rows into one product: its gemv kernel at one row, cuBLAS from two,
+    docs/platform.md §8), and ``gather_mm`` against the one weight, unsorted (MLX's gather gemv) and sorted (its
+    grouped gemm): ms per product, and whether every row equals its own one-row ``x @ W^T`` bit for bit. The
+    ``most`` commonest shapes."""
+    dtype = compute.speech_dtype()
+    out = []
+    for (n_out, n_in), layers in sorted(speech_shapes(model).items(), key=lambda kv: -kv[1])[:most]:
+        k = min(layers, QMM_LAYERS)
+        weights = [(mx.random.normal((n_out, n_in)) * 0.02).astype(dtype) for _ in range(k)]
+        mx.eval(weights)
+        for m in QMM_ROWS:
+            x = mx.random.normal((m, 1, n_in)).astype(dtype)
+            zeros = mx.zeros((m,), mx.uint32)
+            mx.eval(x, zeros)
+            ways = {"matmul": lambda w: x @ w.T,
+                    "gather": lambda w: mx.gather_mm(x, w.T[None], rhs_indices=zeros),
+                    "gather sorted": lambda w: mx.gather_mm(x, w.T[None], rhs_indices=zeros, sorted_indices=True)}
+            if mx.default_device() == mx.cpu and dtype != mx.float32:
+                ways = {"matmul": ways["matmul"]}  # MLX's CPU gather_mm takes float32 only
+            alone = mx.concatenate([x[r] @ weights[0].T for r in range(m)])
+            row = {"out": n_out, "in": n_in, "layers": layers, "m": m}
+            for name, way in ways.items():
+                row[f"{name} ms"] = 1e3 * timed(lambda: [way(w) for w in weights], runs) / k
+                row[f"{name} rows alone"] = bool(mx.array_equal(way(weights[0]).reshape(m, -1), alone).item())
+            out.append(row)
+    return out
+
+
 def print_rows(results: list[dict]) -> None:
     heads = (f" {'R=' + str(r['rows']) + ' p50':>11s} {'p90':>7s} {'nodes':>6s}" for r in results)
     print(f"{'part':20s}" + "".join(heads))
@@ -217,12 +265,24 @@ def print_qmm(rows: list[dict]) -> None:
               f"{q['qmm_ms'] / q['bf16_ms']:6.2f}", flush=True)
 
 
+def print_dense(rows: list[dict]) -> None:
+    ways = [k[:-3] for k in rows[0] if k.endswith(" ms")]
+    print(f"{'out x in':>14s} {'layers':>6s} {'M':>3s}" + "".join(f" {w + ' ms':>17s} {'alone':>5s}" for w in ways))
+    for d in rows:
+        print(f"{d['out']:>6d} x {d['in']:<5d} {d['layers']:6d} {d['m']:3d}"
+              + "".join(f" {d[w + ' ms']:17.4f} {'yes' if d[w + ' rows alone'] else 'no':>5s}" for w in ways),
+              flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.rows", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--rows", type=session_counts, default=[1, 8, 32], help="row counts (default 1,8,32)")
     p.add_argument("--runs", type=int, default=30, help="ticks measured per row count (default 30)")
     p.add_argument("--qmm", action="store_true", help="then the 4-bit against bf16 product probe")
+    p.add_argument("--dense", type=int, default=0, metavar="SHAPES",
+                   help="then the speech path's dense products over M rows, three ways, for its SHAPES "
+                   "commonest shapes")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     model = load(a.model)
@@ -244,6 +304,10 @@ def main(argv=None) -> int:
     if a.qmm:
         report["qmm"] = qmm_probe(model, a.runs)
         print_qmm(report["qmm"])
+        write(a.json, report)
+    if a.dense:
+        report["dense"] = dense_probe(model, a.runs, a.dense)
+        print_dense(report["dense"])
         write(a.json, report)
     return 0
 

@@ -3,6 +3,7 @@ model: each finishes and prints its report, so a broken one fails CI. The number
 The wheel carries none of the lab's scripts (bench/)."""
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -43,8 +44,10 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     assert "largest N with tick p95" in out
     r = json.loads((tmp_path / "s.json").read_text())
     assert [row["sessions"] for row in r["rows"]] == [1, 3]
-    assert all(row["ticks_measured"] > 0 and row["tick"]["p50"] > 0 and row["set_up"]["n"] == row["sessions"]
+    assert all(row["ticks_measured"] == 20 and row["tick"]["p50"] > 0 and row["set_up"]["n"] == row["sessions"]
                and row["graph_nodes_per_tick"] > 0 for row in r["rows"])
+    # every measured tick stepped every conversation: none ran out of input before the others
+    assert [row["fewest_rows_stepped"] for row in r["rows"]] == [1, 3]
     # a lone conversation holds nobody back; each later one's stages (warm-up, prefill) stall ticks of the others
     assert [row["join"]["n"] > 0 for row in r["rows"]] == [False, True]
     bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
@@ -73,8 +76,8 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
     from voicechat.random_checkpoint import write_tiny_checkpoint
 
     out = run("-m", "bench.rows", "--model", write_tiny_checkpoint(tmp_path / "model", seed=1), "--rows", "1,3",
-              "--runs", 2, "--qmm", "--json", tmp_path / "r.json")
-    assert "whole tick" in out and "4-bit ms" in out
+              "--runs", 2, "--qmm", "--dense", 2, "--json", tmp_path / "r.json")
+    assert "whole tick" in out and "4-bit ms" in out and "gather sorted ms" in out
     r = json.loads((tmp_path / "r.json").read_text())
     assert [row["rows"] for row in r["rows"]] == [1, 3]
     for row in r["rows"]:
@@ -86,6 +89,10 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
         assert all(p["n"] == 2 and p["p50"] > 0 for p in row["host"].values())
     assert {q["m"] for q in r["qmm"]} == {1, 2, 4, 8, 16, 32, 64}
     assert all(q["qmm_ms"] > 0 and q["bf16_ms"] > 0 for q in r["qmm"])
+    assert len({(d["out"], d["in"]) for d in r["dense"]}) == 2
+    assert {d["m"] for d in r["dense"]} == {1, 2, 4, 8, 16, 32, 64}
+    assert all(d[f"{way} ms"] > 0 for d in r["dense"] for way in ("matmul", "gather", "gather sorted"))
+    assert all(d["matmul rows alone"] for d in r["dense"] if d["m"] == 1)  # one row is its own one-row product
     bad = subprocess.run([sys.executable, "-m", "bench.rows", "--model", "x", "--rows", "0"], capture_output=True,
                          text=True, cwd=REPO)
     assert bad.returncode == 2 and "at least 1" in bad.stderr
@@ -103,6 +110,24 @@ def test_group_exactness_benchmark_compares_each_conversation(tmp_path):
 def test_echo_benchmark_measures_the_canceller():
     pytest.importorskip("livekit", reason="bench.echo measures WebRTC's canceller from the livekit package")
     assert "per 80 ms" in run("-m", "bench.echo", "--seconds", 3)
+
+
+def test_kernel_profile_runs_and_reads_ncu_csv(tmp_path):
+    """``bench.kernel_profile``: on a machine without CUDA the profiled ticks just run (the parts it evaluates named);
+    ``--summarize`` splits an ncu CSV (the raw page: a header, a row of units, a row per kernel) at its marker kernels
+    into the whole ticks and each part, and adds each kernel's launches and time."""
+    assert "then the parts encoder" in run("-m", "bench.kernel_profile", "--model", TINY, "--rows", 2, "--ticks", 1)
+    head = '"ID","Process ID","Kernel Name","gpu__time_duration.sum"\n"","","","nsecond"\n'
+    kernels = [("void mlx::core::cu::gemv<float, 1>(float*)", 3000), ("void gemm_kernel<a>(int)", 5000),
+               ("void mlx::core::cu::gemv<float, 1>(float*)", 1000)] + \
+        [("void mlx::core::cu::unary_v<mlx::core::cu::ArcTanh, float>(float*)", 1)] * 9 + \
+        [("void mlx::core::cu::unary_v<mlx::core::cu::ArcTanh, float>(float*)", 1), ("void gemm_kernel<a>(int)", 7000)]
+    csv = tmp_path / "k.csv"
+    csv.write_text(head + "".join(f'"{i}","1","{name}","{ns}"\n' for i, (name, ns) in enumerate(kernels)))
+    out = run("-m", "bench.kernel_profile", "--summarize", csv)
+    assert "3 in the whole ticks (0.01 ms of kernel time), 1 parts" in out
+    assert re.search(r"gemv<float>\s+2\s+4\.0", out) and re.search(r"gemm_kernel<a>\s+1\s+5\.0", out)
+    assert out.rstrip().endswith(": 0.01")  # the one part: 7 us
 
 
 def test_host_profile_reads_a_py_spy_file(tmp_path):

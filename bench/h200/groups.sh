@@ -5,6 +5,9 @@
 # each of RUN (default "sessions rows exactness joins"), and brings back within WAIT seconds (default 420) each one's
 # log and JSON and the kernel cache. `bash bench/h200/groups.sh collect` (a later call, the machine still warm) brings
 # back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8), PROMPTS (1,128).
+# RUN may also name: dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
+# (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
+# host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried).
 set -o pipefail
 . bench/h200/env.sh
 CK=$HOME/vc_full
@@ -21,6 +24,20 @@ for run in ${RUN:-sessions rows exactness joins}; do
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
     exactness) timeout 120 python3 -m bench.group_exactness --model $CK --sessions ${EXACT:-8} --frames 40 --json \$HOME/exactness.json ;;
     joins) timeout 120 python3 -m bench.joins $CK --running 8 --prompts ${PROMPTS:-1,128} --rounds 1 ;;
+    dense) timeout 200 python3 -m bench.rows --model $CK --rows 1 --runs 10 --dense 6 --json \$HOME/dense.json ;;
+    kernels) NCU=\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for r in ${KROWS:-1 8}; do
+        timeout 400 \$NCU --profile-from-start off --clock-control none --metrics gpu__time_duration.sum -f \\
+          -o \$HOME/k\$r python3 -m bench.kernel_profile --model $CK --rows \$r 2>&1 | grep -v "^==PROF== Profiling"
+        \$NCU --import \$HOME/k\$r.ncu-rep --csv --page raw --print-units base --print-kernel-base demangled \\
+          > \$HOME/k\$r.csv
+      done
+      python3 -m bench.kernel_profile --summarize \$(for r in ${KROWS:-1 8}; do echo \$HOME/k\$r.csv; done) ;;
+    host) for r in ${KROWS:-1 8}; do
+        timeout 300 $S/bin/py-spy record --native -r 200 -f raw -o \$HOME/h\$r.raw -- \\
+          python3 -m bench.kernel_profile --model $CK --rows \$r --ticks 200
+        python3 -m bench.host_profile \$HOME/h\$r.raw --top 30
+      done ;;
   esac 2>&1
 done
 echo "=== done \$(date +%T)"
@@ -28,5 +45,5 @@ EOS
   setsid nohup bash $HOME/groups_job.sh > $HOME/groups.log 2>&1 < /dev/null &
 fi
 for i in $(seq 1 $(( ${WAIT:-420} / 10 ))); do grep -q "=== done" $HOME/groups.log 2>/dev/null && break; sleep 10; done
-cat $HOME/groups.log; cp $HOME/groups.log $HOME/*.json $OUT/ 2>/dev/null
+cat $HOME/groups.log; cp $HOME/groups.log $HOME/*.json $HOME/k*.csv $OUT/ 2>/dev/null
 tar czf $OUT/ptx.tgz -C $HOME ptx 2>/dev/null; ls -la $OUT

@@ -215,7 +215,8 @@ def main(args=None) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True)
-    p.add_argument("--frames", type=int, default=50, help="80 ms input frames per run (default 50)")
+    p.add_argument("--frames", type=int, default=50, help="80 ms input frames per run; with --sessions, the "
+                   "ticks measured once all N conversations are past their prompts (default 50)")
     p.add_argument("--runs", type=int, default=3, help="timed offline runs (default 3)")
     p.add_argument("--minutes", type=float, default=0.0, help="also one long session of this many minutes")
     p.add_argument("--workload", choices=("speech", "model"), default="speech")

@@ -6,11 +6,12 @@ seed and a system prompt of its own length). They start staggered, one every ``S
 the others run (its set-up's stages between the ticks, one a tick, then its prompt positions in the next ticks). A tick
 is what advancing every conversation by 80 ms costs: each conversation's 80 ms of audio pushed (its samples into its mel
 buffer: a steady frame waits for the tick), then one ``group.step()`` (every network once for all rows, the streaming
-encoder's steady frames included). Reported per N, over the ticks after
-the last conversation's prompt: tick p50 / p95 / p99 / max, milliseconds per conversation (tick p50 / N), the step
-alone, the joins' stall of the others (per tick in which a set-up stage ran while another conversation had joined:
-the asking and that stage) and each conversation's whole set-up, active memory per conversation and the peak, the
-graph nodes of one tick of all rows; then the largest N whose tick p95 stays under 80 ms.
+encoder's steady frames included). Reported per N, over the ``--frames`` ticks after the last conversation's prompt
+(every conversation has input through them, and the fewest rows a measured tick stepped is reported): tick p50 / p95 /
+p99 / max, milliseconds per conversation (tick p50 / N), the step alone, the joins' stall of the others (per tick in
+which a set-up stage ran while another conversation had joined: the asking and that stage) and each conversation's
+whole set-up, active memory per conversation and the peak, the graph nodes of one tick of all rows; then the largest
+N whose tick p95 stays under 80 ms.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class CountingGroup(SessionGroup):
 
     nodes = 0
     staged = 0.0  # seconds of set-up stages run since it was last read
+    stepped = 0  # rows the last tick stepped
 
     def set_up_stage(self):
         t0 = time.perf_counter()
@@ -48,6 +50,7 @@ class CountingGroup(SessionGroup):
 
     def _build(self):
         tick = super()._build()
+        self.stepped = 0 if tick is None else len(tick.rows)
         steady = tick is not None and len(tick.rows) == self.max_sessions and all(
             row.t > row.session.prompt_frames for _, row in tick.rows)
         if steady and not self.nodes:
@@ -56,18 +59,20 @@ class CountingGroup(SessionGroup):
 
 
 def run_group(model, n: int, frames: int) -> dict:
-    """N staggered conversations fed ``frames`` x 80 ms each; the statistics of the ticks once all have joined."""
+    """N staggered conversations, each fed 80 ms a tick from its start until ``frames`` ticks have run with all N past
+    their prompts (so every conversation has input through the measured ticks); the statistics of those ticks."""
     from ..session import Session
 
     group = CountingGroup(model, n)
-    x = bench_input(frames + STAGGER * n)
+    x = bench_input(frames)  # the question repeated; each conversation goes round it from its start
     step = round(FRAME * RATE)
+    chunks = len(x) // step
     sessions, fed, stalls, set_ups = [], [], [], []
-    ticks, steps, steady_from = [], [], None
+    ticks, steps, stepped, steady_from = [], [], [], None
     mx.reset_peak_memory()
     base = mx.get_active_memory()
     tick = 0
-    while len(sessions) < n or min(fed) * step < len(x) - step:
+    while steady_from is None or len(ticks) - steady_from < frames:
         asking = 0.0
         if len(sessions) < n and tick == STAGGER * len(sessions):
             prompt = PROMPTS[len(sessions) % len(PROMPTS)]
@@ -83,7 +88,8 @@ def run_group(model, n: int, frames: int) -> dict:
         group.staged = 0.0
         t0 = time.perf_counter()
         for i, s in enumerate(sessions):
-            s.push(x[fed[i] * step:(fed[i] + 1) * step], RATE)
+            k = fed[i] % chunks
+            s.push(x[k * step:(k + 1) * step], RATE)
             fed[i] += 1
         t1 = time.perf_counter()
         group.step()
@@ -96,16 +102,18 @@ def run_group(model, n: int, frames: int) -> dict:
             steady_from = len(ticks)
         ticks.append(t2 - t0)
         steps.append(t2 - t1)
+        stepped.append(group.stepped)
         tick += 1
-    steady = ticks[steady_from or 0:]
+    steady = ticks[steady_from:]
     active = mx.get_active_memory()
     for s in sessions:
         s.close()
     tick_stats = stats(steady)
-    return {"sessions": n, "tick": tick_stats, "step": stats(steps[steady_from or 0:]),
+    return {"sessions": n, "tick": tick_stats, "step": stats(steps[steady_from:]),
             "ms_per_conversation": tick_stats["p50"] / n, "join": stats(stalls), "set_up": stats(set_ups),
             "active_gb_per_conversation": (active - base) / 1e9 / n, "peak_gb": peak_memory_gb(),
-            "ticks_measured": len(steady), "graph_nodes_per_tick": group.nodes}
+            "ticks_measured": len(steady), "fewest_rows_stepped": min(stepped[steady_from:]),
+            "graph_nodes_per_tick": group.nodes}
 
 
 def run(model_spec: str, counts: list[int], frames: int) -> dict:
@@ -121,8 +129,8 @@ def run(model_spec: str, counts: list[int], frames: int) -> dict:
 
 
 def print_table(r: dict) -> None:
-    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} frames per conversation, "
-          f"starts {r['stagger_ticks']} ticks apart")
+    print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} ticks measured with all N "
+          f"past their prompts, starts {r['stagger_ticks']} ticks apart")
     print(f"{'N':>3s} {'tick p50':>9s} {'p95':>7s} {'p99':>7s} {'max':>7s} {'ms/conv':>8s} {'step p50':>9s} "
           f"{'join p50':>9s} {'join max':>9s} {'set-up p50':>11s} {'GB/conv':>8s} {'peak GB':>8s} {'nodes':>6s}")
     for row in r["rows"]:
