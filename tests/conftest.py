@@ -64,3 +64,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker("browser")
         if "pulse" in needs:
             item.add_marker("audio")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Name the threads the run left running (an engine's, a server's): a daemon thread still evaluating MLX when
+    the interpreter tears MLX down ends the process in std::terminate (voicechat/engine.py, ``_close_running``)."""
+    import sys
+    import threading
+
+    left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+    if left:
+        print(f"\nthreads still running at the end of the tests: {', '.join(sorted(left))}", file=sys.stderr)

@@ -863,15 +863,50 @@ def turn_server(tiny_model):
     yield from serve_here(Scripted(tiny_model, words=(TURN_START, tiny_model.tokenizer.encode(WORDS))))
 
 
-def test_sdk_a_turn_from_bos_to_eos_is_one_response(turn_server, tiny_model):
-    """The model's own turn-taking on the text channel (scripted: BOS, the words, EOS) is one response: it opens
-    at the BOS frame, carries that turn's audio and words, and is done at the EOS frame."""
+CLEANED_WORDS = " it is n't so ' s ."  # transformers' space clean-up joins " n" + "'t", "  ' s" and " ." across ids
+
+
+@pytest.fixture(scope="module")
+def cleaned_model(tmp_path_factory):
+    """The demo model, its tokenizer_config.json asking for transformers' space clean-up."""
+    import voicechat
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+
+    directory = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-cleaned"), seed=0)
+    for settings in directory.rglob("tokenizer_config.json"):
+        settings.write_text(json.dumps({**json.loads(settings.read_text()), "clean_up_tokenization_spaces": True}))
+    model = voicechat.load(directory, offline=True)
+    assert model.tokenizer.clean_up_spaces
+    return model
+
+
+@pytest.fixture(scope="module")
+def cleaned_turn_server(cleaned_model):
+    yield from serve_here(Scripted(cleaned_model, words=(TURN_START, cleaned_model.tokenizer.encode(CLEANED_WORDS))))
+
+
+def test_sdk_transcript_deltas_never_take_text_back(cleaned_turn_server, cleaned_model):
+    """With the space clean-up, later tokens change the end of the text before them (" is n" + "'t" -> " isn't"):
+    the response's transcript deltas, appended as a GA client appends them, are its done transcript, and that is
+    the decode of the turn's tokens (NVIDIA's string), nothing shown twice."""
+    tok = cleaned_model.tokenizer
+    words = tok.encode(CLEANED_WORDS)
+    assert any(not tok.decode(words[:n + 1]).startswith(tok.decode(words[:n])) for n in range(len(words)))
+    events, _ = turn_events(cleaned_turn_server, len(words))
+    done = next(e for e in events if e["type"] == "response.done")
+    deltas = decoded(events, "response.output_audio_transcript.delta")
+    assert done["response"]["output"][0]["content"][0]["transcript"] == "".join(deltas) == tok.decode(words)
+    assert tok.decode(words) == " it isn't so's."
+
+
+def turn_events(url: str, words: int) -> tuple[list, int]:
+    """A GA client's events until the frame after the scripted turn's EOS (``words`` tokens after the BOS), and the
+    prompt's positions."""
     audio = np.round(np.random.default_rng(1).standard_normal(realtime.RATE * 2) * 3000).astype("<i2")
-    words = tiny_model.tokenizer.encode(WORDS)
-    last = TURN_START + len(words) + 1  # the EOS, after the prompt
+    last = TURN_START + words + 1  # the EOS, after the prompt
 
     async def scenario():
-        conn = await openai.AsyncOpenAI(api_key="unused", base_url=turn_server).realtime.connect(
+        conn = await openai.AsyncOpenAI(api_key="unused", base_url=url).realtime.connect(
             model=MODEL, extra_query={"voicechat_frames": "1"}).enter()
         try:
             await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
@@ -884,7 +919,15 @@ def test_sdk_a_turn_from_bos_to_eos_is_one_response(turn_server, tiny_model):
         finally:
             await close(conn)
 
-    events, prompt = run(scenario())
+    return run(scenario())
+
+
+def test_sdk_a_turn_from_bos_to_eos_is_one_response(turn_server, tiny_model):
+    """The model's own turn-taking on the text channel (scripted: BOS, the words, EOS) is one response: it opens
+    at the BOS frame, carries that turn's audio and words, and is done at the EOS frame."""
+    words = tiny_model.tokenizer.encode(WORDS)
+    last = TURN_START + len(words) + 1  # the EOS, after the prompt
+    events, prompt = turn_events(turn_server, len(words))
     frames = {e["position"] - prompt: e for e in events if e["type"] == "voicechat.frame"}
     created = next(e for e in events if e["type"] == "response.created")
     done = next(e for e in events if e["type"] == "response.done")

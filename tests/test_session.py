@@ -126,19 +126,18 @@ def test_the_answers_pieces_are_what_the_frames_gave(release_model):
     assert [(p.frame, p.token_id, p.text) for p in answer.function_pieces] == func and len(func) > 5
 
 
-def test_a_piece_that_changes_earlier_text_gives_all_of_it_again():
-    """With transformers' space clean-up, "s" after " '" turns "Hello '" into "Hello's": that position's piece is
-    the whole text again, as its frame's text is (``TextStream``); the others add their own characters."""
+def test_pieces_joined_are_the_text_even_where_the_clean_up_joins_them():
+    """With transformers' space clean-up, "s" after " '" turns "Hello '" into "Hello's": the piece of " '" gives
+    nothing (the clean-up could still drop its space), the piece of "s" gives "'s"; the pieces, joined, are the
+    decode of all the ids, and none takes text back."""
     tok = TextTokenizer(model("tiny_model").tokenizer.path)
     tok.clean_up_spaces = True
     ids = tok.encode("Hello") + tok.encode(" '") + tok.encode("s")
     pad = tok.token_to_id("<s>")
     pieces = channel_pieces(tok, [pad, *ids], 10, {pad})
     assert [p.frame for p in pieces] == list(range(11, 11 + len(ids)))
-    wholes = [tok.decode(ids[:n]) for n in range(1, len(ids) + 1)]
-    assert wholes[-2:] == ["Hello '", "Hello's"]
-    assert [p.text for p in pieces] == [w[len(v):] if w.startswith(v) else w for v, w in zip([""] + wholes, wholes)]
-    assert pieces[-1].text == "Hello's"
+    assert tok.decode(ids[:-1]) == "Hello '" and tok.decode(ids) == "Hello's"
+    assert "".join(p.text for p in pieces) == "Hello's" and pieces[-1].text == "'s"
 
 
 def test_the_conversation_goes_on():
@@ -249,28 +248,32 @@ def test_text_stream_waits_for_a_whole_character():
 
 
 @pytest.mark.parametrize("clean_up_spaces", [False, True])
-def test_text_stream_gives_what_the_whole_ids_decode_to_add(clean_up_spaces):
-    """Each id's text is what decoding all the ids so far adds to the previous such text (all of it again when an id
-    changed earlier text), though only the last ids are decoded: random ids of the checkpoint's byte-level tokenizer
-    (characters split over ids, special ids that decode to nothing), long enough to move the anchor many times; with
-    transformers' space clean-up too, whose replacements change text before a new id (' .' -> '.')."""
+def test_text_stream_pieces_joined_are_the_decode_of_all_the_ids(clean_up_spaces):
+    """After every id the pieces so far, joined, are the start of the decode of all the ids so far (no piece takes
+    text back), and with ``finish`` they are all of it, though only the last ids are decoded: random ids of the
+    checkpoint's byte-level tokenizer (characters split over ids, special ids that decode to nothing), long enough to
+    move the anchor many times; with transformers' space clean-up too, whose replacements join text across ids
+    (' .' -> '.', " n" + "'t" -> "n't", "  '" + " s" -> "'s")."""
     tok = TextTokenizer(model("tiny_model").tokenizer.path)
     tok.clean_up_spaces = clean_up_spaces
     rng = np.random.default_rng(1)
     nothing = [tok.token_to_id("<s>")] * 12  # decode to nothing (special), between what the clean-up joins
-    pieces = [tok.encode(" ."), tok.encode(" ,"), tok.encode(" 's"), tok.encode("é"), tok.encode(" the cat"),
-              tok.encode(" '") + nothing + tok.encode("s")]
+    pieces = [tok.encode(t) for t in (" .", " ,", " 's", " '", " ' ", " n", "'t", " n't", "  ", " ", "'ve", " ?",
+                                      "s", "é", "€", "😀", " the cat")] + [tok.encode(" '") + nothing + tok.encode("s")]
+    held = 0
     for _ in range(20):
-        stream, ids, shown, anchors = TextStream(tok, skip=set()), [], "", set()
-        for _ in range(400):  # a random id, or a piece that the clean-up or UTF-8 acts on
-            new = [int(rng.integers(tok.vocab_size))] if rng.random() < 0.7 else pieces[int(rng.integers(len(pieces)))]
+        stream, ids, given = TextStream(tok, skip=set()), [], ""
+        for _ in range(int(rng.integers(200, 400))):  # a random id, or a piece that the clean-up or UTF-8 acts on
+            new = [int(rng.integers(tok.vocab_size))] if rng.random() < 0.4 else pieces[int(rng.integers(len(pieces)))]
             for i in new:
                 ids.append(i)
-                whole = tok.decode(ids).rstrip("\ufffd")
-                assert stream.add(i) == (whole[len(shown):] if whole.startswith(shown) else whole)
-                shown = whole
-                anchors.add(stream.anchor)
-        assert len(anchors) > 5 and stream.text == shown  # the anchor moved: only the last ids were decoded
+                given += stream.add(i)
+                whole = tok.decode(ids)
+                assert whole.startswith(given)
+                held += given != whole
+        assert given + stream.finish() == tok.decode(ids)
+        assert len(stream.ids) < 64 < len(ids)  # the anchor moved: only the last ids were decoded
+    assert held > 100  # text was held back (and given later) many times
 
 
 def test_the_readme_streaming_example_runs(tmp_path):

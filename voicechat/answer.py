@@ -4,6 +4,7 @@ live call (the user left, the answer right). Numpy and Python values only."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -53,10 +54,14 @@ def realtime_factor(seconds: float, frames: int, frame_seconds: float) -> float:
 
 def channel_pieces(tokenizer, ids: Sequence[int], first_frame: int, skip: set[int]) -> tuple[Piece, ...]:
     """Each token that is not in ``skip``, at its timeline frame, with the text it adds to the channel: what the
-    session's frame gave at that position (the same :class:`TextStream`, docs/streaming.md §6)."""
+    session's frame gave at that position (the same :class:`TextStream`, docs/streaming.md §6); the last one also
+    the text the end of the channel settles, so that the pieces, joined, are the channel's text."""
     stream = TextStream(tokenizer, skip)
-    return tuple(Piece(first_frame + i, int(t), stream.add(int(t)), tokenizer.id_to_token(int(t)) or str(int(t)))
-                 for i, t in enumerate(ids) if int(t) not in skip)
+    pieces = [Piece(first_frame + i, int(t), stream.add(int(t)), tokenizer.id_to_token(int(t)) or str(int(t)))
+              for i, t in enumerate(ids) if int(t) not in skip]
+    if pieces:
+        pieces[-1] = dataclasses.replace(pieces[-1], text=pieces[-1].text + stream.finish())
+    return tuple(pieces)
 
 
 def frames_of(ids: Sequence[int], token_id: int, first_frame: int) -> tuple[int, ...]:

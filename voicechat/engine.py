@@ -24,6 +24,7 @@ recording row is free.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import itertools
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
@@ -383,6 +385,7 @@ class Engine:
     # ---- called from any thread --------------------------------------------------------------------------------
     def start(self) -> "Engine":
         self.thread.start()
+        _RUNNING.add(self)
         return self
 
     def status(self) -> EngineStatus:
@@ -753,6 +756,18 @@ class Engine:
                 self._lives.remove(live)
                 self._ended()
         live._emit(LiveEvent(CLOSED))
+
+
+_RUNNING: "weakref.WeakSet[Engine]" = weakref.WeakSet()  # started engines, for the interpreter's exit
+
+
+@atexit.register
+def _close_running() -> None:
+    """At interpreter exit, stop every engine still running: its thread is a daemon, so the interpreter would not
+    wait for it, and MLX's C++ statics (the streams' schedulers) would be torn down under a frame it is evaluating,
+    which ends the process in std::terminate (rc 134) after every test passed. atexit runs before that teardown."""
+    for engine in list(_RUNNING):
+        engine.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Generator, Iterable, Iterator, Optional, Sequence
 
@@ -329,16 +330,30 @@ class Session:
         self.ended = True
         if self.decoded:
             self.tail = np.asarray(self.group.codec.tail(self.row))[0]
-        return out + self.close()
+        return self._ended(out + self._left())
 
     def close(self) -> list[Frame]:
         """Leave the group: this conversation runs no more positions and its row is free for another (its result
         stays readable). ``flush`` closes; a cancelled conversation calls it. -> its finished frames not yet given
         out (positions another conversation's ticks ran)."""
+        return self._ended(self._left())
+
+    def _left(self) -> list[Frame]:
         if self.row is not None:
             self.group.leave(self)
         self.ended = True
         return self._take()
+
+    def _ended(self, frames: list[Frame]) -> list[Frame]:
+        """The channels' ids are over: the text they held back (docs/streaming.md §6) goes with the last frame not
+        given out yet, so that each channel's frames, joined, are its whole text; with none left, only the result
+        has it."""
+        text, function_text = self.text_stream.finish(), self.func_stream.finish()
+        if frames and (text or function_text):
+            last = frames[-1]
+            frames[-1] = dataclasses.replace(last, text=last.text + text,
+                                             function_text=last.function_text + function_text)
+        return frames
 
     def stream(self, chunks: Iterable, sample_rate: int) -> Iterator[Frame]:
         """``for frame in session.stream(chunks, rate)``: each chunk fed as it comes, then the end; stopping the

@@ -11,7 +11,8 @@ from tokenizers import Tokenizer
 
 from .errors import ConfigError
 
-# transformers' clean_up_tokenization, applied by HF decode when the tokenizer config asks for it
+# transformers' clean_up_tokenization, applied by HF decode when the tokenizer config asks for it: one replacement
+# after the other over the whole text, each dropping spaces (docs/streaming.md §6)
 _CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
              (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
@@ -49,11 +50,39 @@ class TextTokenizer:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        text = self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+        return self.clean_up(self.uncleaned(ids))
+
+    def uncleaned(self, ids: Sequence[int]) -> str:
+        """The ids' text before the space clean-up: the text of more ids adds to it, but for an unfinished UTF-8
+        sequence at its end (one U+FFFD until the bytes that complete it)."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def clean_up(self, text: str) -> str:
         if self.clean_up_spaces:
             for a, b in _CLEANUPS:
                 text = text.replace(a, b)
         return text
+
+    def settled(self, text: str) -> int:
+        """How much of ``text`` (:meth:`uncleaned`, following text that was settled) no text after it can change:
+        the length of its longest prefix P such that ``clean_up(P + more) == clean_up(P) + clean_up(more)`` for any
+        ``more``. A trailing U+FFFD is held back (a later byte may complete its character); with the clean-up, so is
+        an end where one of its replacements could begin (docs/streaming.md §6)."""
+        end = len(text.rstrip("\ufffd"))
+        if not self.clean_up_spaces:
+            return end
+        return next(cut for cut in range(end, -1, -1) if not cleanup_can_reach(text[:cut]))
+
+
+def cleanup_can_reach(text: str) -> bool:
+    """Whether a clean-up replacement could join ``text`` with what follows it: before some replacement (after the
+    ones before it, which may have moved a space next to a quote: "  ' s" -> " 's" -> "'s"), the text ends in the
+    start of that replacement's pattern (docs/streaming.md §6)."""
+    for a, b in _CLEANUPS:
+        if any(text.endswith(a[:n]) for n in range(1, len(a))):
+            return True
+        text = text.replace(a, b)
+    return False
 
 
 def channel_text(tok: TextTokenizer, ids: Sequence[int], *, pad_id: int, bos_id: int, eos_id: int,
@@ -80,51 +109,50 @@ def channel_text(tok: TextTokenizer, ids: Sequence[int], *, pad_id: int, bos_id:
 
 
 class TextStream:
-    """A channel's text, decoded incrementally: each call gives the characters its new ids add (the text of all the
-    ids so far, less what was given before; all of it again if a new id changed earlier text); an unfinished UTF-8
-    sequence (decoded as U+FFFD) waits for the id that completes it.
+    """A channel's text as its ids arrive, given out so that the pieces, joined, are the text of all its ids
+    (``TextTokenizer.decode``): each :meth:`add` gives the characters its id settles and never takes one back, and
+    :meth:`finish`, at the end, the rest. Held back meanwhile is only what a later id can still change
+    (``TextTokenizer.settled``: an unfinished UTF-8 character; with the space clean-up, an end it could still join).
 
-    Only the last ids are decoded, from an anchor a few ids back (decoding every id of a long conversation at each
-    new id would grow with it): what the anchor's ids decode to is ``head``, the rest ``window``. Text added by a new
-    id is found within the window, so whatever the decoder does at the window's start (a leading space dropped, a
-    character cut at a byte) is the same in both decodes; if a new id changes the window's earlier text, the whole
-    ids are decoded again, as without an anchor."""
+    Only the ids from an anchor on are decoded (decoding every id of a long conversation at each new id would grow
+    with it). The anchor moves where the ids before it decode to whole characters, so that the text from there on
+    is the rest of the whole text; ``held`` is the text before the anchor that was not given out yet."""
 
-    WINDOW_IDS = 64  # ids decoded at most (about one sentence) ...
-    KEEP_IDS = 8  # ... then the anchor moves to this many ids before the last, ...
-    KEEP_CHARS = 8  # ... once they decode to this many characters: more than a clean-up replacement reaches back
-    #                 (voicechat/tokenizer.py: " n't", 4), whatever ids that decode to nothing stand between
+    WINDOW_IDS = 64  # ids decoded at most (about one sentence); then the anchor moves to the last id
 
     def __init__(self, tokenizer, skip: set[int]):
         self.tokenizer, self.skip = tokenizer, skip
-        self.ids: list[int] = []
-        self.anchor = 0
-        self.head = self.window = ""
-
-    @property
-    def text(self) -> str:
-        return self.head + self.window
-
-    def decoded(self, start: int) -> str:
-        return self.tokenizer.decode(self.ids[start:]).rstrip("\ufffd")
+        self.ids: list[int] = []  # from the anchor on
+        self.held = ""  # text before the anchor, not given out yet (before the clean-up, as all that is kept here)
+        self.given = 0  # characters of the ids' text given out (0 while ``held`` has some)
 
     def add(self, token_id: int) -> str:
         if token_id in self.skip:
             return ""
         self.ids.append(token_id)
-        window = self.decoded(self.anchor)
-        if not window.startswith(self.window) and self.anchor:
-            self.anchor, self.head, self.window = 0, "", self.text
-            window = self.decoded(0)
-        new = window[len(self.window):] if window.startswith(self.window) else window
-        self.window = window
-        if len(self.ids) - self.anchor > self.WINDOW_IDS:
-            self.move_anchor(len(self.ids) - self.KEEP_IDS)
+        text = self.tokenizer.uncleaned(self.ids)
+        new = self.give(text, self.tokenizer.settled(self.held + text[self.given:]))
+        if len(self.ids) > self.WINDOW_IDS:
+            self.move_anchor(text)
         return new
 
-    def move_anchor(self, anchor: int) -> None:
-        """Decode from ``anchor`` on, once its ids' text is long enough and the end of the text so far."""
-        tail = self.decoded(anchor)
-        text = self.text
-        if len(tail) >= self.KEEP_CHARS and text.endswith(tail):
-            self.anchor, self.head, self.window = anchor, text[:len(text) - len(tail)], tail
+    def finish(self) -> str:
+        """The text no id has settled (an unfinished character, a space the clean-up could still drop), which the
+        end of the channel's ids settles."""
+        text = self.tokenizer.uncleaned(self.ids)
+        return self.give(text, len(self.held) + len(text) - self.given)
+
+    def give(self, text: str, count: int) -> str:
+        """The clean-up of the first ``count`` characters not given out yet (``held``, then ``text``'s)."""
+        pending = self.held + text[self.given:]
+        self.given += max(0, count - len(self.held))
+        self.held = self.held[count:]
+        return self.tokenizer.clean_up(pending[:count])
+
+    def move_anchor(self, text: str) -> None:
+        """Decode from the last id on, once the ids before it decode to whole characters, the start of ``text``."""
+        before = self.tokenizer.uncleaned(self.ids[:-1])
+        if before.endswith("\ufffd") or before + self.tokenizer.uncleaned(self.ids[-1:]) != text:
+            return  # a character split at that id (or a decoder that treats a first id apart): the next id tries
+        self.held += before[self.given:]
+        self.ids, self.given = self.ids[-1:], max(0, self.given - len(before))
