@@ -129,8 +129,12 @@ class PulseAudio:
         self.kill(signal.SIGTERM)  # first: a feeder blocked on a full FIFO then gets EPIPE and ends
         if self._feeder is not None:
             self._feeder.join(5)
-        if self._listener is not None:
-            self._listener.wait(10)  # it ends with the server
+        if self._listener is not None:  # it usually ends with the server; one that lingers (seen once in CI) is ended
+            try:
+                self._listener.wait(5)
+            except subprocess.TimeoutExpired:
+                self._listener.kill()
+                self._listener.wait(10)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """End the server (SIGKILL: as if the sound device vanished) and wait until it is gone."""
