@@ -206,3 +206,25 @@ def test_mamba_mixer_matches_sequential_reference_with_dt_clamp(binding):
         assert max_err(unclamped, want) > 1e-2 * scale
     else:
         assert max_err(unclamped, want) == 0.0
+
+
+def test_ssm_step_keeps_the_rows_that_do_not_advance_bit_for_bit():
+    """A group's decode step keeps the SSM state of the rows that do not advance inside the update's own expression
+    (docs/batching.md §6): those rows' state is the old one bit for bit, the others' the plain step's, even where
+    a row's inputs would give inf or nan (a row that does not advance may hold any input)."""
+    rng = np.random.default_rng(5)
+    bt, g, r, p, n = 4, 2, 3, 5, 7
+    x, dt = rng.standard_normal((bt, g, r, p, 1)), rng.random((bt, g, r, 1, 1))
+    b, c = rng.standard_normal((bt, g, 1, 1, n)), rng.standard_normal((bt, g, 1, n, 1))
+    a, d = -rng.random((g, r, 1, 1)) - 0.1, rng.standard_normal((g, r, 1, 1))
+    state = rng.standard_normal((bt, g, r, p, n))
+    x[2] = np.inf  # a row that does not advance, with inputs that would poison its state
+    args = [mx.array(v.astype(np.float32)) for v in (x, dt, a, b, c, d, state)]
+    keep = mx.array([True, False, False, True])
+    _, plain = nemotron_h.ssm_step(*args)
+    y, kept = nemotron_h.ssm_step(*args, keep=keep)
+    for row in range(bt):
+        want = plain[row] if bool(keep[row]) else args[-1][row]
+        assert np.array_equal(np.array(kept[row]), np.array(want)), row
+    assert np.isfinite(np.array(kept)).all()
+    assert np.array_equal(np.array(y[0]), np.array(nemotron_h.ssm_step(*args)[0][0]))

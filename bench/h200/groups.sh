@@ -7,7 +7,9 @@
 # back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8), PROMPTS (1,128).
 # RUN may also name: dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
-# host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried).
+# host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
+# sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
+# archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease). TSESS: each sessions run's limit.
 set -o pipefail
 . bench/h200/env.sh
 CK=$HOME/vc_full
@@ -20,7 +22,8 @@ echo "checkpoint after \$(( \$(date +%s) - T0 )) s"
 for run in ${RUN:-sessions rows exactness joins}; do
   echo "=== \$run \$(date +%T)"
   case \$run in
-    sessions) timeout 300 python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions.json ;;
+    sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions.json ;;
+    sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
     exactness) timeout 120 python3 -m bench.group_exactness --model $CK --sessions ${EXACT:-8} --frames 40 --json \$HOME/exactness.json ;;
     joins) timeout 120 python3 -m bench.joins $CK --running 8 --prompts ${PROMPTS:-1,128} --rounds 1 ;;

@@ -30,11 +30,13 @@ from ..layers import CausalDepthwiseConv, Linear
 # per-session state
 # ----------------------------------------------------------------------------------------------------------------
 class MambaCache:
-    """The last ``conv_kernel - 1`` inputs of the depthwise conv [B, K-1, conv_dim] and the SSM state [B, H, P, N]."""
+    """The last ``conv_kernel - 1`` inputs of the depthwise conv [B, K-1, conv_dim] and the SSM state [B, H, P, N];
+    ``keep`` (a group's decode step): [B] bool, the rows whose state advances (None: all)."""
 
     def __init__(self):
         self.conv: Optional[mx.array] = None
         self.ssm: Optional[mx.array] = None
+        self.keep: Optional[mx.array] = None
 
 
 class LLMCache:
@@ -156,13 +158,18 @@ def segment_sum(a: mx.array) -> mx.array:
 
 
 def ssm_step(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, d: mx.array,
-             state: mx.array) -> tuple[mx.array, mx.array]:
+             state: mx.array, keep: Optional[mx.array] = None) -> tuple[mx.array, mx.array]:
     """One recurrent step: ``h = exp(dt*A) h + dt * x B^T``, ``y = h C + D x``.
 
     x [Bt, G, r, P, 1] (the r = H/G heads of each group together), dt [Bt, G, r, 1, 1], a / d [G, r, 1, 1],
-    b [Bt, G, 1, 1, N], c [Bt, G, 1, N, 1], state [Bt, G, r, P, N] -> y [Bt, G, r, P, 1], state"""
-    state = mx.exp(dt * a) * state + (dt * x) * b
-    return state @ c + d * x, state
+    b [Bt, G, 1, 1, N], c [Bt, G, 1, N, 1], state [Bt, G, r, P, N] -> y [Bt, G, r, P, 1], state. ``keep`` [Bt] bool:
+    the rows whose state advances; the others keep theirs bit for bit. The choice is part of the update's own
+    elementwise expression (one fused pass over the state), not a second pass over the whole state after it: the
+    state is the largest tensor of a decode step (docs/batching.md §6)."""
+    new = mx.exp(dt * a) * state + (dt * x) * b
+    if keep is not None:
+        new = mx.where(keep.reshape(-1, 1, 1, 1, 1), new, state)
+    return new @ c + d * x, new
 
 
 def ssd_scan(x: mx.array, dt: mx.array, a: mx.array, b: mx.array, c: mx.array, chunk: int,
@@ -250,7 +257,7 @@ class Mamba2Mixer(nn.Module):
             r = h // g
             y, state = ssm_step(xs.reshape(bt, g, r, p, 1), dt.reshape(bt, g, r, 1, 1), a.reshape(g, r, 1, 1),
                                 b.reshape(bt, g, 1, 1, n), c.reshape(bt, g, 1, n, 1), self.D.reshape(g, r, 1, 1),
-                                state.reshape(bt, g, r, p, n))
+                                state.reshape(bt, g, r, p, n), cache.keep)
             cache.ssm = state.reshape(bt, h, p, n)
         else:
             xs = xs.reshape(bt, length, h, p)
@@ -427,9 +434,9 @@ class NemotronH(nn.Module):
             if isinstance(mixer, Mamba2Mixer):
                 cache = MambaCache()
                 (conv, ssm), states = states[:2], states[2:]
-                cache.conv, cache.ssm = conv, ssm
+                cache.conv, cache.ssm, cache.keep = conv, ssm, active
                 x = layer(x, cache)
-                out += [compute.kept_where(active, cache.conv, conv), compute.kept_where(active, cache.ssm, ssm)]
+                out += [compute.kept_where(active, cache.conv, conv), cache.ssm]
             elif isinstance(mixer, Attention):
                 (keys, values), states = states[:2], states[2:]
                 y, keys, values = mixer.step(layer.norm(x), keys, values, compute.entry(slots, a),
