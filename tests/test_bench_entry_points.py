@@ -130,6 +130,18 @@ def test_kernel_profile_runs_and_reads_ncu_csv(tmp_path):
     assert out.rstrip().endswith(": 0.01")  # the one part: 7 us
 
 
+def test_a_kernel_profile_mark_is_one_node_and_bad_counts_are_refused_before_the_load():
+    """A mark must be one kernel: runs of marks tell the parts apart (a fill kernel in each broke them, H200
+    2026-12-03); ``--rows 0`` is refused in one line before any model is read."""
+    from bench import kernel_profile
+    from voicechat.benchmarks import count_ops
+
+    assert count_ops(kernel_profile.marker()) == 1
+    done = subprocess.run([sys.executable, "-m", "bench.kernel_profile", "--model", "/nonexistent", "--rows", "0"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "--rows and --ticks take 1 or more" in done.stderr
+
+
 def test_host_profile_reads_a_py_spy_file(tmp_path):
     raw = tmp_path / "frame.raw"
     raw.write_text("main (frame_split.py:78);mlx::core::async_eval (libmlx.so);cublasLtMatmul (libcublasLt.so) 4\n"
@@ -166,3 +178,15 @@ def test_the_wheel_carries_no_lab_code(tmp_path):
     assert sorted(Path(n).name for n in package if n.startswith("voicechat/benchmarks/")) == [
         "__init__.py", "frame.py", "peers.py", "sessions.py", "workload.py"]
     assert not [n for n in package if n.endswith((".sh", ".log", ".json", ".txt"))]
+
+
+def test_qmv_rows_reads_the_packed_weights_as_mlx_does_and_asks_for_cuda():
+    """``bench.qmv_rows``: its kernel's reading of ``mx.quantize``'s packed 4-bit layout (the same in numpy) equals
+    ``mx.dequantize``; without CUDA the probe itself says it needs it, in one line."""
+    assert "max difference 0" in run("-m", "bench.qmv_rows", "--check-layout")
+    import mlx.core as mx
+
+    if not mx.cuda.is_available():
+        done = subprocess.run([sys.executable, "-m", "bench.qmv_rows", "--rows", "1"], capture_output=True,
+                              text=True, cwd=REPO, timeout=120)
+        assert done.returncode == 2 and "needs MLX's CUDA backend" in done.stderr

@@ -9,7 +9,8 @@
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
 # host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
 # sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
-# archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease). TSESS: each sessions run's limit.
+# archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease); qmvrows (bench.qmv_rows: our 4-bit
+# product kernel for a few rows against MLX's). TSESS: each sessions run's limit.
 set -o pipefail
 . bench/h200/env.sh
 CK=$HOME/vc_full
@@ -27,6 +28,7 @@ for run in ${RUN:-sessions rows exactness joins}; do
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
     exactness) timeout 120 python3 -m bench.group_exactness --model $CK --sessions ${EXACT:-8} --frames 40 --json \$HOME/exactness.json ;;
     joins) timeout 120 python3 -m bench.joins $CK --running 8 --prompts ${PROMPTS:-1,128} --rounds 1 ;;
+    qmvrows) timeout 300 python3 -m bench.qmv_rows --json \$HOME/qmv_rows.json ;;
     dense) timeout 200 python3 -m bench.rows --model $CK --rows 1 --runs 10 --dense 6 --json \$HOME/dense.json ;;
     kernels) NCU=\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       for r in ${KROWS:-1 8}; do
