@@ -6,9 +6,10 @@
 (``group.session``); the ticks go on until it has joined. Its set-up runs in stages between the ticks, one a tick
 (``Session._set_up``, docs/batching.md §1): what a tick of the others waits for is the asking plus that tick's
 stage. Per P and voice, over the rounds: a tick's wall time before the join (p50), the ticks with set-up work, the
-longest and the median such wait, and the whole set-up (all of it: what one piece between two ticks would hold them
-back). The voice: ``known``, the running conversations' (the model keeps its TTS warm-up, so the set-up skips it),
-or ``new``, one no conversation had (a noise recording of its own each round: its set-up runs the warm-up).
+longest and the median such wait, the whole set-up (all of it: what one piece between two ticks would hold them
+back), and its parts: the TTS warm-up, the prompt's prefill and the join into the row (the session's clock). The
+voice: ``known``, the running conversations' (the model keeps its TTS warm-up, so the set-up skips it), or ``new``,
+one no conversation had (a noise recording of its own each round: its set-up runs the warm-up).
 Milliseconds of wall time, timed around the set-up work itself (the ticks' own time on a shared machine varies more
 than a stage takes).
 """
@@ -27,6 +28,7 @@ from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.sessions import CountingGroup, session_counts
 from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input
 
+PARTS = ("tts warm-up", "prompt prefill", "join")  # the set-up's kinds of work (Session._set_up's clock)
 STEADY_TICKS = 5  # ticks timed before the join: what one tick of the running conversations takes
 VOICES = ("known", "new")
 _new_voices = itertools.count()
@@ -85,9 +87,10 @@ def one_join(model, running: int, prompt: str, seed: int, speaker=None) -> dict:
     waits = [tick(lambda: joining.append(group.session(prompt, seed, speaker)))]
     while joining[0].setting_up:
         waits.append(tick())
+    parts = {kind: sum(joining[0].clock.calls.get(kind, [])) for kind in PARTS}
     for s in [*sessions, *joining]:
         s.close()
-    return {"positions": joining[0].prompt_frames, "waits": waits, "tick": statistics.median(steady)}
+    return {"positions": joining[0].prompt_frames, "waits": waits, "tick": statistics.median(steady), "parts": parts}
 
 
 def main() -> int:
@@ -102,14 +105,15 @@ def main() -> int:
     one_join(model, args.running, prompt_of(model, max(args.prompts)), 0)  # warm-up: the shapes once
     print(f"model {args.model}  {args.running} conversations running, one joins; ms over {args.rounds} rounds")
     print(f"{'prompt':>7s} {'voice':>6s} {'tick p50':>9s} {'ticks':>6s} {'wait max':>9s} {'wait p50':>9s} "
-          f"{'whole set-up p50':>17s}")
+          f"{'whole set-up p50':>17s}" + "".join(f" {kind + ' p50':>17s}" for kind in PARTS))
     for positions, kind in itertools.product(args.prompts, VOICES):
         rows = [one_join(model, args.running, prompt_of(model, positions), r + 1, voice(model, kind))
                 for r in range(args.rounds)]
         waits = [w for r in rows for w in r["waits"]]
         print(f"{rows[0]['positions']:7d} {kind:>6s} {statistics.median(r['tick'] for r in rows) * 1e3:9.1f} "
               f"{len(rows[0]['waits']):6d} {max(waits) * 1e3:9.1f} "
-              f"{statistics.median(waits) * 1e3:9.1f} {statistics.median(sum(r['waits']) for r in rows) * 1e3:17.1f}")
+              f"{statistics.median(waits) * 1e3:9.1f} {statistics.median(sum(r['waits']) for r in rows) * 1e3:17.1f}"
+              + "".join(f" {statistics.median(r['parts'][kind] for r in rows) * 1e3:17.1f}" for kind in PARTS))
     return 0
 
 

@@ -236,8 +236,10 @@ class Session:
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, lm_state, prompt[:, start:start + PREFILL_STAGE])
             self.clock.add("prompt prefill", t0, lm_state.arrays)
+        t0 = time.perf_counter()
         self.group.join(self, lm_state, TTSState(caches, self.noise),
                         mx.array(np.asarray(inputs.code)[-1].astype(np.int32)), mx.array(self.frame0_codes))
+        self.clock.add("join", t0)
         zero = mx.zeros((c.audio.encoder.d_model,))
         # the transcript hears zeros over the prompt (docs/model.md §1.2 J)
         self.prompt_inputs.extend([(None, zero, True)] * self.prompt_frames)
