@@ -11,7 +11,7 @@ import pytest
 
 from conftest import HARNESS_WAV, NEMO
 import voicechat
-from voicechat.api import WARM_VOICES
+from voicechat.api import WARM_VOICES, content_key
 from voicechat.model import prompt_frames
 from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
@@ -119,6 +119,10 @@ def test_the_model_keeps_the_last_voices_each_in_its_positions_alone():
     m.session(seed=2, speaker=voices[0])  # known: the most recent now
     m.session(seed=1, speaker=voices[WARM_VOICES])
     assert list(m._warm_voices) == [key(v) for v in voices[2:WARM_VOICES]] + [key(voices[0]), key(voices[-1])]
+    # the speakers' warm-up codes are kept the same way: the checkpoint's voice (the load's warm-up) and voices[1]
+    # dropped, the others in the order they were last used
+    codes = lambda voice: content_key(m._speaker(voice)[1])  # noqa: E731
+    assert list(m._warmup_codes) == [codes(v) for v in voices[2:WARM_VOICES]] + [codes(voices[0]), codes(voices[-1])]
     tts = m.config.tts.backbone
     entry = m._warm_voices[key(voices[0])]
     per_layer = 2 * 2 * tts.num_key_value_heads * prompt_frames(m.config) * tts.head_dim * 4  # float32

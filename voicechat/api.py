@@ -60,7 +60,7 @@ class Model:
         self.tokenizer = tokenizer
         self.net = net
         self.directory = directory
-        self._warmup_codes: dict = {}
+        self._warmup_codes: OrderedDict = OrderedDict()  # content_key(audio) -> its warm-up codes, oldest use first
         self._silence: Optional[mx.array] = None
         self._warmup_cond: dict = {}
         self._warm_voices: OrderedDict = OrderedDict()  # _voice_key -> the TTS warm-up's caches, oldest use first
@@ -108,13 +108,17 @@ class Model:
 
     def _warmup_codec_codes(self, audio: Optional[np.ndarray]) -> np.ndarray:
         """Codec codes of [1 silent frame; the speaker prompt with its last 2 frames zeroed] (docs/model.md §2.5.9); the
-        prompt is silence for a cached latent. They depend on the speaker audio alone: computed once per model."""
+        prompt is silence for a cached latent. They depend on the speaker audio alone: kept per model for the last
+        WARM_VOICES speakers, as their warm-up caches are (``_keep_warm_caches``)."""
         cfg = self.config
         key = content_key(audio)
         if key not in self._warmup_codes:
             n = prompt_samples(cfg.tts.audio_prompt_duration, cfg.codec.sample_rate, cfg.codec.samples_per_frame)
             wave = warmup_waveform(audio, n, cfg.codec.samples_per_frame)
             self._warmup_codes[key] = np.asarray(self.net.tts_model.audio_codec.encode(wave[None]))[0]
+            while len(self._warmup_codes) > WARM_VOICES:
+                self._warmup_codes.popitem(last=False)
+        self._warmup_codes.move_to_end(key)
         return self._warmup_codes[key]
 
     def _voice_key(self, latent: Optional[mx.array], audio: Optional[np.ndarray]) -> tuple:
