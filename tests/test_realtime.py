@@ -1269,6 +1269,37 @@ def test_a_client_that_sends_no_audio_is_closed_after_the_idle_timeout(strict_se
     serves_next_connection(server)
 
 
+def test_a_client_is_not_idle_while_the_model_still_hears_its_audio(strict_server):
+    """A client that sent a minute of audio at once and then only reads is not idle while the model has its audio
+    still to hear (its frames come with a backlog): the idle timeout's clock starts once the backlog is heard (the
+    2 s of CI's slowest ticks closed such a client mid-answer before, and the test below with it)."""
+    from websockets.asyncio.client import connect
+
+    server = strict_server
+    second = base64.b64encode(np.zeros(realtime.RATE, "<i2").tobytes()).decode()
+
+    async def scenario():
+        async with connect(server.ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"type": "session.update",
+                                      "session": {"type": "realtime", "instructions": PROMPT}}))
+            for _ in range(60):  # 750 positions to hear: many seconds of ticks even for the tiny model
+                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+            last_append = time.monotonic()
+            heard, heard_late = 0, 0  # positions heard (a transcription delta each); more than 2.5 s after the last
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+                if event["type"] == "conversation.item.input_audio_transcription.delta":
+                    heard += 1
+                    heard_late += time.monotonic() - last_append > 2.5
+                elif event["type"] == "error":
+                    assert event["error"]["code"] == "idle_timeout", event
+                    return heard, heard_late
+
+    heard, heard_late = run(scenario())
+    assert heard == 750 and heard_late > 0  # the whole minute heard (80 ms a position), the close only after it
+    serves_next_connection(server)
+
+
 def test_a_client_that_does_not_read_is_dropped_and_the_next_one_is_served(strict_server):
     """A client that sends audio but never reads held the model while the server's queue grew (+50 MB in two
     minutes). It is dropped once MAX_BEHIND_SECONDS of its answer wait unsent; the model is free at once."""

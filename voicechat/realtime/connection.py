@@ -284,6 +284,8 @@ class Connection:
             elif event.kind == "frames":
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)
+                if event.backlog_seconds > 0:  # the model has the client's audio still to hear: the client is not
+                    self.idle_since = asyncio.get_running_loop().time()  # idle, the model is behind it
             elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
                 if self.live is live:
                     self.live, self.follower, self.setup_error = None, None, event.message
