@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import mlx.core as mx
+
+from bench.rows import timed
 
 GROUP = 64
 BITS = 4
@@ -143,17 +144,6 @@ def check_layout() -> float:
     want = np.array(mx.dequantize(w, scales, biases, group_size=GROUP, bits=BITS))
     got = unpacked(np.array(w), np.array(scales), np.array(biases))
     return float(np.abs(got - want).max())
-
-
-def timed(build, runs: int) -> float:
-    for _ in range(3):
-        mx.eval(build())
-    seconds = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        mx.eval(build())
-        seconds.append(time.perf_counter() - t0)
-    return float(np.median(seconds))
 
 
 def probe_shape(k: int, n: int, counts: list[int], runs: int) -> list[dict]:
