@@ -186,14 +186,14 @@ def main(argv=None) -> int:
     p.add_argument("--check-layout", action="store_true", help="only check the kernel's reading of the weights")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
+    if max(a.rows) > 32 or a.runs < 1:
+        p.error(f"--rows: at most 32 (got {max(a.rows)}); --runs: 1 or more (got {a.runs})")
     error = check_layout()
     print(f"the kernel's reading of mx.quantize's layout against mx.dequantize: max difference {error:.3g}")
     if error:
         return 1
     if a.check_layout:
         return 0
-    if max(a.rows) > 32:
-        p.error("--rows: at most 32")
     if not mx.cuda.is_available():
         p.error("the kernel needs MLX's CUDA backend (use --check-layout elsewhere)")
     results = [row for k, n in SHAPES for row in probe_shape(k, n, a.rows, a.runs)]
