@@ -247,7 +247,7 @@ def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
     """A joining conversation's set-up runs a stage a tick (docs/batching.md §1): the speaker's codes, the TTS
     warm-up WARMUP_STAGE_LAYERS layers a stage (a voice new to the model: a fresh one, and a voice cloned from the
     question's recording, unlike the running conversation's), then its prompt's prefill PREFILL_STAGE positions a
-    stage, the join with the last. The running conversation advances a position in each of those ticks; the joining
+    stage, then the join, a stage of its own. The running conversation advances a position in each of those ticks; the joining
     one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
     from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
@@ -271,7 +271,7 @@ def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
         frames[b] += out[b]
         stages += 1
     layers = len(m.net.tts_model.tts_model.backbone.layers)
-    assert stages == 1 + -(-layers // WARMUP_STAGE_LAYERS) + -(-b.prompt_frames // PREFILL_STAGE)
+    assert stages == 1 + -(-layers // WARMUP_STAGE_LAYERS) + -(-b.prompt_frames // PREFILL_STAGE) + 1
     assert b.prompt_frames > 2 * PREFILL_STAGE
     assert b.position == 1 and len(b.prompt_inputs) == b.prompt_frames - 1 and not b.started  # joined, then a tick
     for s, out in drive(group, {a: a_chunks, b: b_chunks}).items():

@@ -216,8 +216,8 @@ class Session:
         warm-up codes and the warm-up's conditioning (each computed once per model and speaker); the TTS warm-up's
         backbone forward, WARMUP_STAGE_LAYERS layers a stage, unless the model keeps this speaker's caches from a
         conversation before (then the set-up begins with its prefill); then the system prompt's LLM prefill,
-        PREFILL_STAGE positions a stage (their predictions are discarded, docs/model.md §1.2 E); with the last, the
-        join into its row (a few copies), its prompt's positions queued."""
+        PREFILL_STAGE positions a stage (their predictions are discarded, docs/model.md §1.2 E); then, a stage of its
+        own, the join into its row (a few copies), its prompt's positions queued."""
         c = self.cfg
         t0 = time.perf_counter()
         inputs = warmup_inputs(self.model._warmup_codec_codes(speaker_audio), c.pad_id, c.eos_id, c.tts.speech_pad_id)
@@ -236,6 +236,8 @@ class Session:
             t0 = time.perf_counter()
             lm.prefill(self.stt, c, lm_state, prompt[:, start:start + PREFILL_STAGE])
             self.clock.add("prompt prefill", t0, lm_state.arrays)
+        if self.prompt_frames or not known:
+            yield  # the join a stage of its own: a tick then holds a prefill stage or the join, not both
         t0 = time.perf_counter()
         self.group.join(self, lm_state, TTSState(caches, self.noise),
                         mx.array(np.asarray(inputs.code)[-1].astype(np.int32)), mx.array(self.frame0_codes))

@@ -9,8 +9,8 @@
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
 # host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
 # sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
-# archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease); qmvrows (bench.qmv_rows: our 4-bit
-# product kernel for a few rows against MLX's). TSESS: each sessions run's limit.
+# archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease); qmvrows (bench.qmv_rows: the engine's 4-bit
+# product kernel for a group's rows against MLX's). TSESS: each sessions run's limit.
 set -o pipefail
 . bench/h200/env.sh
 CK=$HOME/vc_full
