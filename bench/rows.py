@@ -30,7 +30,7 @@ import numpy as np
 import mlx.core as mx
 import mlx.nn as nn
 
-from voicechat import compute, load
+from voicechat import compute, load, rows_kernel
 from voicechat.benchmarks import count_ops
 from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.sessions import PROMPTS, session_counts
@@ -213,9 +213,10 @@ def qmm_shape(n_out: int, n_in: int, layers: int, runs: int) -> list[dict]:
 def dense_probe(model, runs: int, most: int) -> list[dict]:
     """The speech path's dense products over M rows (each a conversation's one row, [M, 1, K]) written three ways:
     ``x @ W^T`` (MLX's CUDA backend folds the rows into one product: its gemv kernel at one row, cuBLAS from two,
-    docs/platform.md §8), and ``gather_mm`` against the one weight, unsorted (MLX's gather gemv) and sorted (its
-    grouped gemm): ms per product, and whether every row equals its own one-row ``x @ W^T`` bit for bit. The
-    ``most`` commonest shapes."""
+    docs/platform.md §8), ``gather_mm`` against the one weight, unsorted (MLX's gather gemv) and sorted (its
+    grouped gemm), and on CUDA ours (``voicechat.rows_kernel.dense_product``, tensor cores): ms per product, and
+    whether every row equals its own one-row product bit for bit (``x @ W^T``'s; ours: its own). The ``most``
+    commonest shapes."""
     dtype = compute.speech_dtype()
     out = []
     for (n_out, n_in), layers in sorted(speech_shapes(model).items(), key=lambda kv: -kv[1])[:most]:
@@ -231,11 +232,14 @@ def dense_probe(model, runs: int, most: int) -> list[dict]:
                     "gather sorted": lambda w: mx.gather_mm(x, w.T[None], rhs_indices=zeros, sorted_indices=True)}
             if mx.default_device() == mx.cpu and dtype != mx.float32:
                 ways = {"matmul": ways["matmul"]}  # MLX's CPU gather_mm takes float32 only
-            alone = mx.concatenate([x[r] @ weights[0].T for r in range(m)])
+            alone = {name: mx.concatenate([x[r] @ weights[0].T for r in range(m)]) for name in ways}
+            if rows_kernel.serves_dense(x.reshape(m, n_in), weights[0]):
+                ways["ours"] = lambda w: rows_kernel.dense_product(x.reshape(m, n_in), w)
+                alone["ours"] = mx.concatenate([rows_kernel.dense_product(x[r], weights[0]) for r in range(m)])
             row = {"out": n_out, "in": n_in, "layers": layers, "m": m}
             for name, way in ways.items():
                 row[f"{name} ms"] = 1e3 * timed(lambda: [way(w) for w in weights], runs) / k
-                row[f"{name} rows alone"] = bool(mx.array_equal(way(weights[0]).reshape(m, -1), alone).item())
+                row[f"{name} rows alone"] = bool(mx.array_equal(way(weights[0]).reshape(m, -1), alone[name]).item())
             out.append(row)
     return out
 

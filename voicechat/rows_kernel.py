@@ -10,7 +10,9 @@ first in the lowest 4 bits; a scale and a bias per group of 64: ``w = scale * q 
 up to 8 rows of x its 8 columns (a tile per 8 rows, up to 4). A block's 8 warps take every 8th group of 64 columns
 each and their sums are added in warp order at the end. So each output of each row is the same sequence of
 tensor-core steps and additions whatever the other rows are and however many: the LLM's products of a conversation in
-a group of up to MAX_ROWS are those of the conversation alone.
+a group of up to MAX_ROWS are those of the conversation alone. The same kernel with bf16 weights read as they are
+(:func:`dense_product`) is for the speech networks' products, which MLX runs through cuBLAS from 2 rows (rounding a
+row by the row count); the engine does not take it until it is measured on a GPU (`python -m bench.rows --dense`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import mlx.core as mx
 GROUP = 64
 BITS = 4
 MAX_ROWS = 32  # 4 tiles of 8; past this (a long prompt's prefill) MLX's tiled kernel, made for many rows
+DENSE_MAX_ROWS = 64  # 8 tiles: a TTS step's two rows per conversation for 32 conversations
 ROWS_PER_TILE = 8  # the tensor cores' n: rows of x a fragment holds
 WARPS = 8  # a block's warps, each taking every 8th group of 64 columns
 
-SOURCE = """
+TILES_SOURCE = """
     const int rows = x_shape[0];
     const int K = x_shape[1];
     const int N = w_shape[0];
@@ -44,24 +47,7 @@ SOURCE = """
         }
     }
     for (int g = warp; g < G; g += KW) {  // a warp's groups of 64 columns: the same ones whatever the rows
-        uint32_t wa[MT][8], wb[MT][8];
-        float sa[MT], ba[MT], sb[MT], bb[MT];
-        #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            const int ra = min(n0 + m * 16 + gid, N - 1), rb = min(n0 + m * 16 + gid + 8, N - 1);
-            const uint4* pa = reinterpret_cast<const uint4*>(w + (size_t)ra * (K / 8) + g * 8);
-            const uint4* pb = reinterpret_cast<const uint4*>(w + (size_t)rb * (K / 8) + g * 8);
-            const uint4 a0 = pa[0], a1 = pa[1], b0 = pb[0], b1 = pb[1];
-            wa[m][0] = a0.x; wa[m][1] = a0.y; wa[m][2] = a0.z; wa[m][3] = a0.w;
-            wa[m][4] = a1.x; wa[m][5] = a1.y; wa[m][6] = a1.z; wa[m][7] = a1.w;
-            wb[m][0] = b0.x; wb[m][1] = b0.y; wb[m][2] = b0.z; wb[m][3] = b0.w;
-            wb[m][4] = b1.x; wb[m][5] = b1.y; wb[m][6] = b1.z; wb[m][7] = b1.w;
-            sa[m] = __bfloat162float(scales[(size_t)ra * G + g]);
-            ba[m] = __bfloat162float(biases[(size_t)ra * G + g]);
-            sb[m] = __bfloat162float(scales[(size_t)rb * G + g]);
-            bb[m] = __bfloat162float(biases[(size_t)rb * G + g]);
-        }
-        #pragma unroll
+/*GROUP*/        #pragma unroll
         for (int s = 0; s < 4; ++s) {  // the group's four k-steps of 16 columns
             uint32_t xb[NT][2];
             #pragma unroll
@@ -72,27 +58,10 @@ SOURCE = """
                 xb[t][0] = r < rows ? xr[0] : 0u;
                 xb[t][1] = r < rows ? xr[4] : 0u;
             }
-            const int sh = 8 * tig;
             #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 uint32_t a[4];
-                const __nv_bfloat162 p0 = __floats2bfloat162_rn(
-                    fmaf(sa[m], (float)((wa[m][2 * s] >> sh) & 15u), ba[m]),
-                    fmaf(sa[m], (float)((wa[m][2 * s] >> (sh + 4)) & 15u), ba[m]));
-                const __nv_bfloat162 p1 = __floats2bfloat162_rn(
-                    fmaf(sb[m], (float)((wb[m][2 * s] >> sh) & 15u), bb[m]),
-                    fmaf(sb[m], (float)((wb[m][2 * s] >> (sh + 4)) & 15u), bb[m]));
-                const __nv_bfloat162 p2 = __floats2bfloat162_rn(
-                    fmaf(sa[m], (float)((wa[m][2 * s + 1] >> sh) & 15u), ba[m]),
-                    fmaf(sa[m], (float)((wa[m][2 * s + 1] >> (sh + 4)) & 15u), ba[m]));
-                const __nv_bfloat162 p3 = __floats2bfloat162_rn(
-                    fmaf(sb[m], (float)((wb[m][2 * s + 1] >> sh) & 15u), bb[m]),
-                    fmaf(sb[m], (float)((wb[m][2 * s + 1] >> (sh + 4)) & 15u), bb[m]));
-                a[0] = *reinterpret_cast<const uint32_t*>(&p0);
-                a[1] = *reinterpret_cast<const uint32_t*>(&p1);
-                a[2] = *reinterpret_cast<const uint32_t*>(&p2);
-                a[3] = *reinterpret_cast<const uint32_t*>(&p3);
-                #pragma unroll
+/*FRAGMENT*/                #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     asm volatile(
                         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -123,9 +92,65 @@ SOURCE = """
             out[(size_t)r * N + n0 + m] = __float2bfloat16(v);
         }
     }
+"""  # /*GROUP*/: a group's loads; /*FRAGMENT*/: a[4], the weights' fragment at k-step s
+
+Q4_GROUP = """
+        uint32_t wa[MT][8], wb[MT][8];
+        float sa[MT], ba[MT], sb[MT], bb[MT];
+        #pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            const int ra = min(n0 + m * 16 + gid, N - 1), rb = min(n0 + m * 16 + gid + 8, N - 1);
+            const uint4* pa = reinterpret_cast<const uint4*>(w + (size_t)ra * (K / 8) + g * 8);
+            const uint4* pb = reinterpret_cast<const uint4*>(w + (size_t)rb * (K / 8) + g * 8);
+            const uint4 a0 = pa[0], a1 = pa[1], b0 = pb[0], b1 = pb[1];
+            wa[m][0] = a0.x; wa[m][1] = a0.y; wa[m][2] = a0.z; wa[m][3] = a0.w;
+            wa[m][4] = a1.x; wa[m][5] = a1.y; wa[m][6] = a1.z; wa[m][7] = a1.w;
+            wb[m][0] = b0.x; wb[m][1] = b0.y; wb[m][2] = b0.z; wb[m][3] = b0.w;
+            wb[m][4] = b1.x; wb[m][5] = b1.y; wb[m][6] = b1.z; wb[m][7] = b1.w;
+            sa[m] = __bfloat162float(scales[(size_t)ra * G + g]);
+            ba[m] = __bfloat162float(biases[(size_t)ra * G + g]);
+            sb[m] = __bfloat162float(scales[(size_t)rb * G + g]);
+            bb[m] = __bfloat162float(biases[(size_t)rb * G + g]);
+        }
 """
 
-_KERNEL: list = []
+Q4_FRAGMENT = """
+                const int sh = 8 * tig;
+                const __nv_bfloat162 p0 = __floats2bfloat162_rn(
+                    fmaf(sa[m], (float)((wa[m][2 * s] >> sh) & 15u), ba[m]),
+                    fmaf(sa[m], (float)((wa[m][2 * s] >> (sh + 4)) & 15u), ba[m]));
+                const __nv_bfloat162 p1 = __floats2bfloat162_rn(
+                    fmaf(sb[m], (float)((wb[m][2 * s] >> sh) & 15u), bb[m]),
+                    fmaf(sb[m], (float)((wb[m][2 * s] >> (sh + 4)) & 15u), bb[m]));
+                const __nv_bfloat162 p2 = __floats2bfloat162_rn(
+                    fmaf(sa[m], (float)((wa[m][2 * s + 1] >> sh) & 15u), ba[m]),
+                    fmaf(sa[m], (float)((wa[m][2 * s + 1] >> (sh + 4)) & 15u), ba[m]));
+                const __nv_bfloat162 p3 = __floats2bfloat162_rn(
+                    fmaf(sb[m], (float)((wb[m][2 * s + 1] >> sh) & 15u), bb[m]),
+                    fmaf(sb[m], (float)((wb[m][2 * s + 1] >> (sh + 4)) & 15u), bb[m]));
+                a[0] = *reinterpret_cast<const uint32_t*>(&p0);
+                a[1] = *reinterpret_cast<const uint32_t*>(&p1);
+                a[2] = *reinterpret_cast<const uint32_t*>(&p2);
+                a[3] = *reinterpret_cast<const uint32_t*>(&p3);
+"""
+
+BF16_FRAGMENT = """
+                const int ra = min(n0 + m * 16 + gid, N - 1), rb = min(n0 + m * 16 + gid + 8, N - 1);
+                const uint32_t* pa = reinterpret_cast<const uint32_t*>(w + (size_t)ra * K + g * 64 + s * 16 + 2 * tig);
+                const uint32_t* pb = reinterpret_cast<const uint32_t*>(w + (size_t)rb * K + g * 64 + s * 16 + 2 * tig);
+                a[0] = pa[0];
+                a[1] = pb[0];
+                a[2] = pa[4];
+                a[3] = pb[4];
+"""
+
+
+def source(group: str, fragment: str) -> str:
+    """The kernel for one kind of weights: TILES_SOURCE with its loads."""
+    return TILES_SOURCE.replace("/*GROUP*/", group.lstrip("\n")).replace("/*FRAGMENT*/", fragment.lstrip("\n"))
+
+
+_KERNELS: dict = {}
 _CUDA = mx.cuda.is_available()
 
 
@@ -137,22 +162,40 @@ def serves(layer, x: mx.array) -> bool:
             and 1 <= x.shape[0] <= MAX_ROWS)
 
 
+def serves_dense(x: mx.array, w: mx.array) -> bool:
+    """Whether :func:`dense_product` takes rows ``x`` [M, K] and the weight ``w`` [N, K]: on CUDA, both bfloat16, K a
+    multiple of 64, 1 to DENSE_MAX_ROWS rows."""
+    return (_CUDA and mx.default_device() == mx.gpu and x.dtype == w.dtype == mx.bfloat16
+            and x.shape[-1] % GROUP == 0 and 1 <= x.shape[0] <= DENSE_MAX_ROWS)
+
+
 def output_tiles(rows: int) -> int:
     """Tiles of 16 outputs a warp takes: 1 up to 4 rows (more warps for the weights' reads), 2 above (each row of x
-    then serves 32 outputs); `python -m bench.qmv_rows` measured both (docs/platform.md §9)."""
-    return 1 if rows <= 4 else 2
+    then serves 32 outputs), 1 past 32 rows (the block's sums then fill its shared memory); `python -m
+    bench.qmv_rows` measured 1 and 2 (docs/platform.md §9)."""
+    return 2 if 4 < rows <= 32 else 1
+
+
+def run(name: str, source_text: str, inputs: list, rows: int, n: int, tiles: int | None) -> mx.array:
+    """Launch the kernel ``name`` over x = inputs[0] [rows, K]: a block per 16 x tiles outputs, WARPS warps each."""
+    if name not in _KERNELS:
+        _KERNELS[name] = mx.fast.cuda_kernel(name=f"voicechat_{name}", input_names=["x", "w", "scales", "biases"][
+            :len(inputs)], output_names=["out"], source=source_text)
+    mt = tiles or output_tiles(rows)
+    blocks = -(-n // (16 * mt))
+    return _KERNELS[name](inputs=inputs,
+                          template=[("NT", -(-rows // ROWS_PER_TILE)), ("MT", mt), ("KW", WARPS), ("GS", GROUP)],
+                          grid=(blocks * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
+                          output_shapes=[(rows, n)], output_dtypes=[mx.bfloat16])[0]
 
 
 def product(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, tiles: int | None = None) -> mx.array:
     """x [M, K] bf16 (M <= MAX_ROWS) @ the 4-bit W [N, K] (``mx.quantize``'s w, scales, biases) ^T, [M, N] bf16.
     ``tiles``: :func:`output_tiles` unless given (only to measure another)."""
-    if not _KERNEL:
-        _KERNEL.append(mx.fast.cuda_kernel(name="voicechat_q4_rows", input_names=["x", "w", "scales", "biases"],
-                                           output_names=["out"], source=SOURCE))
-    rows, n = x.shape[0], w.shape[0]
-    mt = tiles or output_tiles(rows)
-    blocks = -(-n // (16 * mt))
-    return _KERNEL[0](inputs=[x, w, scales, biases],
-                      template=[("NT", -(-rows // ROWS_PER_TILE)), ("MT", mt), ("KW", WARPS), ("GS", GROUP)],
-                      grid=(blocks * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
-                      output_shapes=[(rows, n)], output_dtypes=[mx.bfloat16])[0]
+    return run("q4_rows", source(Q4_GROUP, Q4_FRAGMENT), [x, w, scales, biases], x.shape[0], w.shape[0], tiles)
+
+
+def dense_product(x: mx.array, w: mx.array, tiles: int | None = None) -> mx.array:
+    """x [M, K] bf16 @ the bf16 W [N, K] ^T, [M, N] bf16 (:func:`serves_dense`), each row its product alone: for the
+    speech networks' products, measured by `python -m bench.rows --dense` before the engine takes them."""
+    return run("bf16_rows", source("", BF16_FRAGMENT), [x, w], x.shape[0], w.shape[0], tiles)
