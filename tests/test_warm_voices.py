@@ -28,14 +28,15 @@ def fresh(name: str):
 
 
 def stages_without_warm_up(prompt_positions: int) -> int:
-    """A known voice's set-up: its prefill's stages (the join with the last), one stage without a prompt."""
-    return max(1, -(-prompt_positions // PREFILL_STAGE))
+    """A known voice's set-up: its prefill's stages, then the join's; the join alone without a prompt."""
+    return -(-prompt_positions // PREFILL_STAGE) + 1
 
 
 def stages_with_warm_up(m, prompt_positions: int) -> int:
-    """A new voice's set-up: the codes' stage, the warm-up's stages, the prefill's (as tests/test_group.py counts)."""
+    """A new voice's set-up: the codes' stage, the warm-up's stages, the prefill's, the join's (as tests/test_group.py
+    counts)."""
     layers = len(m.net.tts_model.tts_model.backbone.layers)
-    return 1 + -(-layers // WARMUP_STAGE_LAYERS) + -(-prompt_positions // PREFILL_STAGE)
+    return 1 + -(-layers // WARMUP_STAGE_LAYERS) + -(-prompt_positions // PREFILL_STAGE) + 1
 
 
 def join_beside_a_running_one(m, talk: Talk) -> tuple[list, object, int]:
