@@ -247,8 +247,8 @@ def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
     """A joining conversation's set-up runs a stage a tick (docs/batching.md §1): the speaker's codes, the TTS
     warm-up WARMUP_STAGE_LAYERS layers a stage (a voice new to the model: a fresh one, and a voice cloned from the
     question's recording, unlike the running conversation's), then its prompt's prefill PREFILL_STAGE positions a
-    stage, then the join, a stage of its own. The running conversation advances a position in each of those ticks; the joining
-    one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
+    stage, then the join, a stage of its own. The running conversation advances a position in each of those ticks;
+    the joining one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
     from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
     m, x = voicechat.load(NEMO / "tiny_model"), recording()
