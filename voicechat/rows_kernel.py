@@ -21,7 +21,7 @@ import mlx.core as mx
 
 GROUP = 64
 BITS = 4
-MAX_ROWS = 32  # 4 tiles of 8; past this (a long prompt's prefill) MLX's tiled kernel, made for many rows
+MAX_ROWS = 32  # 4 tiles of 8; more rows (a long prompt's one-call prefill) go to MLX's tiled kernel
 DENSE_MAX_ROWS = 64  # 8 tiles: a TTS step's two rows per conversation for 32 conversations
 ROWS_PER_TILE = 8  # the tensor cores' n: rows of x a fragment holds
 WARPS = 8  # a block's warps, each taking every 8th group of 64 columns
@@ -150,6 +150,8 @@ def source(group: str, fragment: str) -> str:
     return TILES_SOURCE.replace("/*GROUP*/", group.lstrip("\n")).replace("/*FRAGMENT*/", fragment.lstrip("\n"))
 
 
+KINDS = {"q4_rows": (["x", "w", "scales", "biases"], Q4_GROUP, Q4_FRAGMENT),  # name -> inputs, loads
+         "bf16_rows": (["x", "w"], "", BF16_FRAGMENT)}
 _KERNELS: dict = {}
 _CUDA = mx.cuda.is_available()
 
@@ -176,14 +178,17 @@ def output_tiles(rows: int) -> int:
     return 2 if 4 < rows <= 32 else 1
 
 
-def run(name: str, source_text: str, inputs: list, rows: int, n: int, tiles: int | None) -> mx.array:
-    """Launch the kernel ``name`` over x = inputs[0] [rows, K]: a block per 16 x tiles outputs, WARPS warps each."""
-    if name not in _KERNELS:
-        _KERNELS[name] = mx.fast.cuda_kernel(name=f"voicechat_{name}", input_names=["x", "w", "scales", "biases"][
-            :len(inputs)], output_names=["out"], source=source_text)
+def run(kind: str, inputs: list, tiles: int | None) -> mx.array:
+    """Launch the kernel of ``kind`` (KINDS; made at its first use) over x = inputs[0] [rows, K] and w = inputs[1]
+    [N, ...]: a block per 16 x tiles outputs, WARPS warps each."""
+    if kind not in _KERNELS:
+        names, group, fragment = KINDS[kind]
+        _KERNELS[kind] = mx.fast.cuda_kernel(name=f"voicechat_{kind}", input_names=names, output_names=["out"],
+                                             source=source(group, fragment))
+    rows, n = inputs[0].shape[0], inputs[1].shape[0]
     mt = tiles or output_tiles(rows)
     blocks = -(-n // (16 * mt))
-    return _KERNELS[name](inputs=inputs,
+    return _KERNELS[kind](inputs=inputs,
                           template=[("NT", -(-rows // ROWS_PER_TILE)), ("MT", mt), ("KW", WARPS), ("GS", GROUP)],
                           grid=(blocks * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
                           output_shapes=[(rows, n)], output_dtypes=[mx.bfloat16])[0]
@@ -192,10 +197,10 @@ def run(name: str, source_text: str, inputs: list, rows: int, n: int, tiles: int
 def product(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, tiles: int | None = None) -> mx.array:
     """x [M, K] bf16 (M <= MAX_ROWS) @ the 4-bit W [N, K] (``mx.quantize``'s w, scales, biases) ^T, [M, N] bf16.
     ``tiles``: :func:`output_tiles` unless given (only to measure another)."""
-    return run("q4_rows", source(Q4_GROUP, Q4_FRAGMENT), [x, w, scales, biases], x.shape[0], w.shape[0], tiles)
+    return run("q4_rows", [x, w, scales, biases], tiles)
 
 
 def dense_product(x: mx.array, w: mx.array, tiles: int | None = None) -> mx.array:
     """x [M, K] bf16 @ the bf16 W [N, K] ^T, [M, N] bf16 (:func:`serves_dense`), each row its product alone: for the
     speech networks' products, measured by `python -m bench.rows --dense` before the engine takes them."""
-    return run("bf16_rows", source("", BF16_FRAGMENT), [x, w], x.shape[0], w.shape[0], tiles)
+    return run("bf16_rows", [x, w], tiles)
