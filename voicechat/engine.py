@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 import numpy as np
 from tqdm.auto import tqdm
 
+from . import metrics
 from .config import GenerationConfig
 from .errors import ConfigError, SessionsFull, ToolError, VoiceChatError
 from .limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
@@ -480,6 +481,7 @@ class Engine:
         self._wake.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
+            _native_exit(self.thread, timeout)
 
     def _withdraw(self, job: Job) -> None:
         """A cancelled job that has not started leaves the queue now; a running one stops at its next frame."""
@@ -579,7 +581,11 @@ class Engine:
         if self.group is None:
             return {}
         try:
-            return self.group.step()
+            t0 = time.perf_counter()
+            ticked = self.group.step()
+            if ticked:
+                metrics.ticked(self.group, time.perf_counter() - t0)
+            return ticked
         except Exception as e:
             traceback.print_exc(file=sys.stderr)
             message = f"Engine error: {type(e).__name__}: {e}"
@@ -610,6 +616,7 @@ class Engine:
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
+        metrics.model_loaded(seconds)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
@@ -722,6 +729,7 @@ class Engine:
         try:
             live._open(self._group())
         except VoiceChatError as e:
+            metrics.join_refused(e)
             live._emit(LiveEvent(ERROR, message=str(e)))
             live._emit(LiveEvent(CLOSED))
             return
@@ -756,6 +764,16 @@ class Engine:
                 self._lives.remove(live)
                 self._ended()
         live._emit(LiveEvent(CLOSED))
+
+
+def _native_exit(thread: threading.Thread, timeout: float) -> None:
+    """Wait until the OS thread behind a joined ``thread`` has ended (Linux: its /proc task is gone). After Python's
+    join it still runs its thread-local destructors, MLX's compile cache among them, which take the GIL: were the
+    interpreter finalizing by then, the process would abort (docs/operations.md §3)."""
+    task = Path(f"/proc/self/task/{thread.native_id}")
+    deadline = time.monotonic() + timeout
+    while task.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 _RUNNING: "weakref.WeakSet[Engine]" = weakref.WeakSet()  # started engines, for the interpreter's exit

@@ -11,13 +11,15 @@ from typing import Optional
 
 import numpy as np
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from .. import metrics
 from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
-from ..limits import DEFAULT_IDLE_SECONDS
+from ..limits import DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
-from .connection import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES, Connection
+from .connection import (CLOSE_GOING_AWAY, CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS,
+                         MAX_MESSAGE_BYTES, Connection)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
@@ -26,6 +28,7 @@ PATH = "/v1/realtime"
 HEALTH_PATH = "/health"
 SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
+CLOSING_SECONDS = 3.0  # then how long their closes may take: the process is gone within drain + 5 s
 
 
 class RealtimeServer:
@@ -48,6 +51,8 @@ class RealtimeServer:
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.idle_seconds = idle_seconds  # 0: no idle timeout
         self.active: list[str] = []  # the connections that hold a conversation
+        self.connections: dict[str, Connection] = {}  # each of them by name, for the drain
+        self.draining = False  # set on SIGTERM: no new conversation is admitted (docs/operations.md §3)
         self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
         self.freed = asyncio.Event()  # set once a connection has let go of its conversation
         self.count = 0
@@ -88,6 +93,7 @@ class RealtimeServer:
         """The connection ``name`` has let go of its conversation: the next one may have its slot."""
         if name in self.active:
             self.active.remove(name)
+            self.connections.pop(name, None)
             self.leaving.discard(name)
             self.freed.set()
             self.freed = asyncio.Event()
@@ -101,16 +107,36 @@ class RealtimeServer:
         router = APIRouter()
         router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
+        router.add_api_route(metrics.PATH, scrape, methods=["GET"])
         return router
 
     def health(self) -> JSONResponse:
         """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
-        the engine's state and the conversations open against the maximum."""
+        the engine's state (``draining`` once SIGTERM came) and the conversations open against the maximum."""
         status = self.engine.status()
-        ready = status.state == READY
-        body = {"ready": ready, "state": status.state, "sessions": len(self.active),
+        ready = status.state == READY and not self.draining
+        body = {"ready": ready, "state": "draining" if self.draining else status.state, "sessions": len(self.active),
                 "max_sessions": self.engine.max_sessions}
         return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
+
+    async def drain(self, seconds: float) -> None:
+        """Stop admitting; let the open conversations go on for ``seconds`` (or until they end), then tell each
+        ``server_shutting_down`` and close it with 1001, and wait (``CLOSING_SECONDS`` at most) until they have let
+        go of the model (docs/operations.md §3)."""
+        self.draining = True
+        log.info("draining: %d conversation%s open; they close in %g s", len(self.active),
+                 "" if len(self.active) == 1 else "s", seconds)
+        await self.until_idle(seconds)
+        for connection in list(self.connections.values()):
+            connection.shut_down()
+        await self.until_idle(CLOSING_SECONDS)
+
+    async def until_idle(self, seconds: float) -> None:
+        """Wait until no connection holds a conversation, ``seconds`` at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.active and (left := deadline - loop.time()) > 0:
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), left), return_exceptions=True)
 
     def authorized(self, websocket) -> bool:
         """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
@@ -128,35 +154,57 @@ class RealtimeServer:
         name = f"connection {self.count} from {websocket.client.host if websocket.client else '?'}"
         if not self.authorized(websocket):
             log.warning("%s: refused: no valid API key (send Authorization: Bearer KEY)", name)
+            metrics.refused("auth")
             await websocket.close(CLOSE_POLICY_VIOLATION)
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
+        if self.draining:
+            log.warning("%s: server_shutting_down: the server is draining", name)
+            await refuse(websocket, "draining", "server_shutting_down", "the server is shutting down; connect to "
+                         "another", CLOSE_GOING_AWAY, "server shutting down")
+            return
         if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
             await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
         if len(self.active) >= self.engine.max_sessions:
             log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
                         "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
-            await websocket.send_text(event_text(error_event(ClientEventError(
-                "server_busy", f"{len(self.active)} conversation{'s are' if len(self.active) > 1 else ' is'} running "
-                "on this model, its maximum; try again later", kind="server_error"))))
-            await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
+            await refuse(websocket, "server_busy", "server_busy", f"{len(self.active)} conversation"
+                         f"{'s are' if len(self.active) > 1 else ' is'} running on this model, its maximum; try again "
+                         "later", CLOSE_TRY_AGAIN_LATER, "server busy")
             return
         self.active.append(name)
         log.info("%s: open", name)
         try:
             query = websocket.query_params.get("voicechat_frames", "")
-            await Connection(self, websocket, name, frames_event=query.lower() in ("1", "true", "yes")).run()
+            self.connections[name] = Connection(self, websocket, name,
+                                                frames_event=query.lower() in ("1", "true", "yes"))
+            await self.connections[name].run()
         finally:
             self.release(name)
+
+
+async def refuse(websocket, reason: str, code: str, message: str, close_code: int, close_reason: str) -> None:
+    """An accepted connection that gets no conversation: one GA ``error`` event, then the close."""
+    metrics.refused(reason)
+    metrics.error_sent(code)
+    await websocket.send_text(event_text(error_event(ClientEventError(code, message, kind="server_error"))))
+    await websocket.close(close_code, close_reason)
+
+
+def scrape() -> Response:
+    """``GET /metrics``: the process's metrics in Prometheus' text format (docs/operations.md §1)."""
+    body, content_type = metrics.scrape()
+    return Response(body, media_type=content_type)
 
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
                idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None,
                voice_add: bool = False) -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
-    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
-                                      voices=voices, voice_add=voice_add).router())
+    app.state.realtime = RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
+                                        voices=voices, voice_add=voice_add)  # its drain, on SIGTERM
+    app.include_router(app.state.realtime.router())
     return app
 
 
@@ -190,12 +238,15 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
           idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
-          voices: Optional[Path] = None, voice_add: bool = False) -> None:
+          voices: Optional[Path] = None, voice_add: bool = False, drain_seconds: float = DEFAULT_DRAIN_SECONDS) -> int:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
-    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
+    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until SIGTERM (drained for
+    ``drain_seconds``) or SIGINT; -> the exit status (docs/operations.md §3)."""
     import socket
 
     import uvicorn
+
+    from .drain import DrainingServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
@@ -216,8 +267,10 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
               f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
         app = create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds, voices=voices,
                          voice_add=voice_add)
-        config = uvicorn.Config(app, log_level="info",
-                                ws_max_size=MAX_MESSAGE_BYTES)
-        uvicorn.Server(config).run(sockets=[sock])
+        config = uvicorn.Config(app, log_level="info", ws_max_size=MAX_MESSAGE_BYTES,
+                                timeout_graceful_shutdown=CLOSING_SECONDS)
+        server = DrainingServer(config, app.state.realtime, drain_seconds)
+        server.run(sockets=[sock])
+        return server.exit_status()
     finally:
         engine.close()
