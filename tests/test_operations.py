@@ -25,7 +25,7 @@ DRAIN = 3.0  # --drain-seconds in these tests
 
 
 def scrape(server: Server) -> dict:
-    """{(name, labels as a sorted tuple): value} of every sample ``GET /metrics`` serves, parsed by prometheus-client."""
+    """{(name, sorted labels): value} of every sample ``GET /metrics`` serves, parsed by prometheus-client."""
     with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/metrics", timeout=TIMEOUT) as r:
         assert r.headers["Content-Type"].startswith("text/plain")
         text = r.read().decode()
