@@ -177,3 +177,22 @@ def test_sigint_closes_at_once_with_1001_and_exits_130(tmp_path):
     assert errors == ["server_shutting_down"] and code == 1001
     assert closed - sent < 5  # not the 30 s drain
     assert status == 130
+
+
+def test_sigterm_drains_the_apps_live_conversation_too(tmp_path):
+    from types import SimpleNamespace
+
+    from test_app import start_app
+
+    proc, url, log = start_app(tmp_path, "--demo", "--drain-seconds", str(DRAIN))
+    try:
+        app = SimpleNamespace(proc=proc, base_url=url + "v1")
+        sent, arrived, errors, code, during = stop_while_talking(app, signal.SIGTERM)
+        status = proc.wait(DRAIN + 5)
+        exited = time.monotonic()
+    finally:
+        proc.kill()
+    assert during == (503, {**during[1], "state": "draining", "ready": False})
+    assert max(t - sent for t in arrived) > DRAIN - 0.5
+    assert errors == ["server_shutting_down"] and code == 1001
+    assert status == 0 and exited - sent < DRAIN + 5, log.read_text()

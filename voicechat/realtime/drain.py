@@ -6,10 +6,14 @@ Gradio's thread, uses :class:`Stopping` from its main thread."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import signal
+import threading
 from typing import Optional
 
 import uvicorn
+
+from .server import CLOSING_SECONDS
 
 INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl+C
 
@@ -50,3 +54,36 @@ class DrainingServer(uvicorn.Server):
 
     def exit_status(self) -> int:
         return exit_status(self.signals)
+
+
+class Forced(Exception):
+    """A second signal while draining: stop waiting."""
+
+
+def run_until_stopped(realtime, drain_seconds: float) -> int:
+    """The main thread of a process whose uvicorn runs in another thread (app.py: Gradio's): wait for SIGTERM or
+    SIGINT, then drain ``realtime`` on the event loop its connections live on; a second signal ends the wait at once.
+    -> the exit status; the caller then closes the server."""
+    signals: list[int] = []
+    came = threading.Event()
+
+    def note(sig: int, frame) -> None:
+        signals.append(sig)
+        came.set()
+        if len(signals) > 1:
+            raise Forced()
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        came.wait()
+        seconds = drain_seconds_for(signals[0], drain_seconds)
+        realtime.draining = True
+        if realtime.loop is not None and not realtime.loop.is_closed():  # None: no connection ever came
+            drained = asyncio.run_coroutine_threadsafe(realtime.drain(seconds), realtime.loop)
+            drained.result(seconds + CLOSING_SECONDS + 1)
+    except (Forced, concurrent.futures.TimeoutError):
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return exit_status(signals)

@@ -53,6 +53,7 @@ class RealtimeServer:
         self.active: list[str] = []  # the connections that hold a conversation
         self.connections: dict[str, Connection] = {}  # each of them by name, for the drain
         self.draining = False  # set on SIGTERM: no new conversation is admitted (docs/operations.md §3)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None  # the connections' loop, for a drain from elsewhere
         self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
         self.freed = asyncio.Event()  # set once a connection has let go of its conversation
         self.count = 0
@@ -151,6 +152,7 @@ class RealtimeServer:
 
     async def serve(self, websocket) -> None:
         self.count += 1
+        self.loop = asyncio.get_running_loop()
         name = f"connection {self.count} from {websocket.client.host if websocket.client else '?'}"
         if not self.authorized(websocket):
             log.warning("%s: refused: no valid API key (send Authorization: Bearer KEY)", name)

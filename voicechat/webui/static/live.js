@@ -367,6 +367,7 @@ const EVENTS = {
     const { code, message } = event.error;
     if (code === 'server_busy') this.card('wait', 'Busy', message);
     else if (code === 'session_failed') this.stop('error', 'The conversation failed', message);
+    else if (code === 'server_shutting_down') this.stop('wait', 'The app is shutting down', message);
     else if (this.state !== 'live') this.stop('error', 'The conversation could not start', message);
     else this.note(`server: ${message}`);
   },
