@@ -30,6 +30,7 @@ openai = pytest.importorskip("openai", reason="the Realtime tests need `pip inst
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from test_realtime import CHUNK, MODEL, TIMEOUT, WAV, close, pcm16_24k, receive, receive_until  # noqa: E402
+from test_operations import DRAIN, stop_while_talking  # noqa: E402
 from voicechat import deploy, realtime  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
@@ -179,7 +180,7 @@ class Cluster:
         self.serve = subprocess.Popen(
             [sys.executable, "-m", "voicechat", "serve", "--ray", "--address", f"127.0.0.1:{RAY_PORT}", "--demo",
              "--replicas", "2", "--max-sessions", str(SESSIONS), "--replicas-per-node", "1",
-             "--port", str(HTTP_PORT)],
+             "--port", str(HTTP_PORT), "--drain-seconds", str(DRAIN)],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=self.env, cwd=ROOT)
         line = self.serve.stdout.readline()
         while line and "Realtime API at" not in line:
@@ -479,3 +480,20 @@ def test_a_killed_replica_closes_its_conversations_the_others_go_on_and_the_rest
         time.sleep(1)
     replicas = {t.replica for t in talks}
     assert killed not in replicas and survivor in replicas
+
+
+@inside_only  # the file's last test: it stops the deployment
+def test_sigterm_drains_every_replicas_conversations_then_closes_them_1001(cluster):
+    """docs/operations.md §3 through Ray: the conversation goes on for the drain, then server_shutting_down and close
+    1001 (passed on by Ray's proxy), and the command exits 0."""
+    from types import SimpleNamespace
+
+    cluster.wait_idle()
+    driver = SimpleNamespace(proc=cluster.serve, base_url=cluster.base_url)
+    sent, arrived, errors, code, during = stop_while_talking(driver, signal.SIGTERM)
+    status = cluster.serve.wait(DRAIN + 5)
+    exited = time.monotonic()
+    assert during == (503, {**during[1], "state": "draining", "ready": False})
+    assert max(t - sent for t in arrived) > DRAIN - 0.5
+    assert errors == ["server_shutting_down"] and code == 1001
+    assert status == 0 and exited - sent < DRAIN + 5

@@ -41,6 +41,15 @@ def health(server: Server) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+def health_once_draining(server: Server, since: float) -> tuple[int, dict]:
+    """``/health`` once it says the server drains, or its last answer within the drain."""
+    answer = health(server)
+    while answer[0] == 200 and time.monotonic() < since + DRAIN - 1:
+        time.sleep(0.1)
+        answer = health(server)
+    return answer
+
+
 async def talking(server: Server):
     """A connection whose session is configured and has heard its first audio; -> (manager, connection)."""
     manager = client(server).realtime.connect(model=MODEL, extra_query={"voicechat_frames": "1"})
@@ -141,8 +150,7 @@ def stop_while_talking(server: Server, sig: int) -> tuple[float, list, list, int
             await asyncio.sleep(0.02)
         sent = time.monotonic()
         server.proc.send_signal(sig)
-        await asyncio.sleep(0.5)
-        during = await asyncio.to_thread(health, server) if sig == signal.SIGTERM else None
+        during = await asyncio.to_thread(health_once_draining, server, sent) if sig == signal.SIGTERM else None
         return (sent, arrived, *await asyncio.wait_for(task, TIMEOUT), during)
 
     return asyncio.run(scenario())

@@ -341,13 +341,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
     try:
-        run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
-            api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
-            max_sessions=default(a.max_sessions, 1), gpus_per_replica=default(a.gpus_per_replica, 0.0),
-            replicas_per_node=a.replicas_per_node)
+        return run(address=a.address, host=a.host, port=a.port, drain_seconds=a.drain_seconds, model=a.model,
+                   demo=a.demo, offline=a.offline, api_key=a.api_key, idle_seconds=a.idle_timeout,
+                   replicas=default(a.replicas, 1), max_sessions=default(a.max_sessions, 1),
+                   gpus_per_replica=default(a.gpus_per_replica, 0.0), replicas_per_node=a.replicas_per_node)
     except ArgumentError as e:
         raise UsageError(str(e)) from None
-    return 0
 
 
 def default(value, otherwise):
