@@ -114,6 +114,16 @@ def test_a_model_that_cannot_load_is_one_line_from_the_start_serve_and_each_repl
                                                 "Hugging Face repo id (org/name)", r.stderr
 
 
+@inside_only
+def test_a_ray_that_cannot_start_is_one_line(tmp_path):
+    long = tmp_path / ("x" * 120)  # Ray's socket paths must fit in 107 bytes
+    long.mkdir()
+    r = subprocess.run([sys.executable, "-m", "voicechat", "serve", "--ray", "--demo"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "RAY_TMPDIR": str(long)})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines()[-1].startswith("error: Ray could not start: validate_socket_filename failed")
+
+
 def docs_config() -> dict:
     import yaml
 

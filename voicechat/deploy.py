@@ -311,7 +311,11 @@ def run(*, address: Optional[str], host: str, port: int, drain_seconds: float = 
         if len(signals) > 1:
             raise Forced()
 
-    ray.init(address=address, include_dashboard=False if address is None else None, logging_level=logging.WARNING)
+    try:
+        ray.init(address=address, include_dashboard=False if address is None else None,
+                 logging_level=logging.WARNING)
+    except (OSError, RuntimeError, ValueError) as e:  # ConnectionError is an OSError
+        raise ServeError(f"Ray could not start: {e}") from None
     for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, whose own SIGTERM handler exits at once
         signal.signal(sig, note)
     try:
