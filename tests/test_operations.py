@@ -204,3 +204,25 @@ def test_sigterm_drains_the_apps_live_conversation_too(tmp_path):
     assert max(t - sent for t in arrived) > DRAIN - 0.5
     assert errors == ["server_shutting_down"] and code == 1001
     assert status == 0 and exited - sent < DRAIN + 5, log.read_text()
+
+
+def test_a_conversation_falling_behind_is_told_so_and_told_when_it_has_caught_up(tmp_path):
+    """Three seconds of audio at once: the model is behind the client by more than half the Talk live tab's bound
+    until it has heard them (docs/app.md)."""
+    with Server(tmp_path, "--max-sessions", "1") as server:
+        async def scenario():
+            manager, conn = await talking(server)
+            await conn.input_audio_buffer.append(audio=base64.b64encode(
+                np.zeros(3 * 24000, "<i2").tobytes()).decode())
+            warnings = []
+            while len(warnings) < 2:
+                event = await receive(conn)
+                if event["type"] == "voicechat.falling_behind":
+                    warnings.append(event)
+            await conn.close()
+            return warnings
+
+        warnings = asyncio.run(scenario())
+    assert [w["falling_behind"] for w in warnings] == [True, False]
+    assert warnings[0]["behind_ms"] > 1000 and warnings[0]["limit_ms"] == 2000
+    assert warnings[1]["behind_ms"] <= 1000

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from starlette.websockets import WebSocketDisconnect
 
 from .. import metrics
-from ..config import FRAME_SECONDS
+from ..config import FRAME_SECONDS, MAX_LAG_SECONDS
 from ..engine import READY, EngineBusy, LiveRequest
 from ..errors import VoiceChatError
 from ..limits import SettingError
@@ -36,6 +36,9 @@ LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine 
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
 MAX_BEHIND_SECONDS = 10.0
 CLOSE_NORMAL = 1000
+# a conversation whose model is this far behind the client's audio is told so (voicechat.falling_behind), before the
+# Talk live tab stops it at MAX_LAG_SECONDS (docs/app.md)
+WARN_LAG_SECONDS = MAX_LAG_SECONDS / 2
 CLOSE_GOING_AWAY = 1001  # RFC 6455 §7.4.1: the server is going down (docs/operations.md §3)
 DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
                1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
@@ -63,6 +66,7 @@ class Connection:
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
         self.end_reason = "client_closed"  # why the conversation ends, for its log line (docs/operations.md §2)
         self.started_at, self.frames, self.queued = 0.0, 0, False  # the live session's start, frames, hand-over
+        self.behind = False  # the last voicechat.falling_behind said so
 
     async def run(self) -> None:
         self.emit({"type": "session.created", "session": self.session()})
@@ -304,6 +308,7 @@ class Connection:
             elif event.kind == "frames":
                 self.frames += len(event.frames)
                 metrics.LAG.observe(event.backlog_seconds)
+                self.watch_lag(event.backlog_seconds)
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)
                 if event.backlog_seconds > 0:  # the model has the client's audio still to hear: the client is not
@@ -336,6 +341,16 @@ class Connection:
             log.error("%s: the engine did not close the live session within %.0f s", self.name, LIVE_CLOSE_SECONDS)
         self.live_ended(reason or self.end_reason)
         self.server.notify("closed", self.session_id, live)
+
+    def watch_lag(self, backlog_seconds: float) -> None:
+        """``voicechat.falling_behind`` each time the model falls WARN_LAG_SECONDS behind the client's audio (a
+        slow or crowded machine), and once it has caught up again; not while a tool call holds the audio on purpose
+        (docs/tools.md §5)."""
+        behind = backlog_seconds > WARN_LAG_SECONDS and not self.conversation.waiting
+        if behind != self.behind:
+            self.behind = behind
+            self.emit({"type": "voicechat.falling_behind", "falling_behind": behind,
+                       "behind_ms": round(1000 * backlog_seconds), "limit_ms": round(1000 * MAX_LAG_SECONDS)})
 
     def hand_over(self, done: bool) -> None:
         """The live session waits to join the engine's group (``done`` False) or no longer does: the queued gauge."""
