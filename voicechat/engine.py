@@ -61,6 +61,7 @@ ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a
 # The real-time factor assumed until a run has been measured (docs/performance.md): near real time on a GPU (reported on
 # recent Apple Silicon), about 100 times slower than real time on a CPU.
 EXPECTED_REALTIME_FACTOR = {"gpu": 1.0, "cpu": 100.0}
+TICKS_MEASURED = 50  # the last ticks whose median is this machine's measured speed (EngineStatus.tick_seconds)
 
 
 class EngineFull(VoiceChatError):
@@ -125,13 +126,23 @@ class EngineStatus:
     load_seconds: Optional[float] = None  # once READY
     facts: Optional[ModelFacts] = None  # once READY
     realtime_factor: Optional[float] = None  # of the last finished run (None before one)
+    tick_seconds: Optional[float] = None  # the median of the last ticks (None before one): this machine's speed now
+
+    @property
+    def measured(self) -> bool:
+        return self.tick_seconds is not None or self.realtime_factor is not None
 
     @property
     def expected_realtime_factor(self) -> Optional[float]:
-        """The last measured real-time factor, else the one assumed for this device; None without a model."""
+        """The real-time factor of the last ticks (each advances every conversation one frame: a tick's seconds per
+        frame's seconds), else of the last run, else the one assumed for this device; None without a model."""
+        if self.facts is None:
+            return None
+        if self.tick_seconds is not None:
+            return self.tick_seconds / self.facts.frame_seconds
         if self.realtime_factor is not None:
             return self.realtime_factor
-        return self.facts.expected_realtime_factor if self.facts is not None else None
+        return self.facts.expected_realtime_factor
 
 
 class Job:
@@ -382,6 +393,7 @@ class Engine:
         self._closing = False
         self._next_id = 1
         self._status = EngineStatus(STARTING, f"Starting {name}")
+        self._ticks: collections.deque = collections.deque(maxlen=TICKS_MEASURED)  # seconds (engine thread appends)
 
     # ---- called from any thread --------------------------------------------------------------------------------
     def start(self) -> "Engine":
@@ -391,7 +403,9 @@ class Engine:
 
     def status(self) -> EngineStatus:
         with self._lock:
-            return self._status
+            status = self._status
+        ticks = list(self._ticks)
+        return dataclasses.replace(status, tick_seconds=float(np.median(ticks))) if ticks else status
 
     def submit(self, request: Request, *, owner: Optional[str] = None) -> Job:
         """Queue a request; the job's first event says how many jobs it waits for."""
@@ -415,9 +429,9 @@ class Engine:
                 rows[rows.index(min(rows))] += frames
             frames = min(rows)
             measured = next((r.progress for r in self._recordings if r.progress and r.progress[0] > 0), None)
-            status = self._status
         if measured:
             return frames * measured[2] / measured[0]
+        status = self.status()
         if status.facts is None:
             return None
         return frames * status.expected_realtime_factor * status.facts.frame_seconds
@@ -584,7 +598,8 @@ class Engine:
             t0 = time.perf_counter()
             ticked = self.group.step()
             if ticked:
-                metrics.ticked(self.group, time.perf_counter() - t0)
+                self._ticks.append(time.perf_counter() - t0)
+                metrics.ticked(self.group, self._ticks[-1])
             return ticked
         except Exception as e:
             traceback.print_exc(file=sys.stderr)

@@ -396,7 +396,7 @@ class RecordAndRun:
         ready = "Press Run (Ctrl+Enter)." if status.state == eng.READY else "Run works once the model is loaded."
         if not check.warning:
             return gr.skip(), *self._frame(status=status_html("idle", "Recording ready", f"{check.message} {ready}"))
-        assumed = ("" if status.realtime_factor is not None or rtf is None else
+        assumed = ("" if status.measured or rtf is None else
                    f" (RTF {rtf:g} is what this machine is expected to do; the first run measures it.)")
         return gr.skip(), *self._frame(status=status_html("warn", "A long recording",
                                                           f"{check.message}{assumed} {ready}"))
