@@ -28,8 +28,6 @@ import logging
 import os
 import random
 import re
-import signal
-import threading
 import time
 from typing import Optional
 
@@ -40,7 +38,7 @@ from ray.serve.request_router import RequestRouter
 
 from .limits import DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS
 from .realtime import PATH, ClientEventError, ServeError, create_app, error_event, event_text, loaded_engine
-from .realtime.drain import Forced, drain_seconds_for, exit_status
+from .realtime.drain import Forced, Signals
 from .realtime.server import CLOSING_SECONDS
 
 log = logging.getLogger("voicechat.deploy")
@@ -302,22 +300,12 @@ def run(*, address: Optional[str], host: str, port: int, drain_seconds: float = 
     if port == 0:
         raise ArgumentError("--ray needs a fixed --port: Ray Serve's proxy listens on the same port on every node")
     app = application(**app_args)
-    signals: list[int] = []
-    came = threading.Event()
-
-    def note(sig: int, frame) -> None:
-        signals.append(sig)
-        came.set()
-        if len(signals) > 1:
-            raise Forced()
-
     try:
         ray.init(address=address, include_dashboard=False if address is None else None,
                  logging_level=logging.WARNING)
     except (OSError, RuntimeError, ValueError) as e:  # ConnectionError is an OSError
         raise ServeError(f"Ray could not start: {e}") from None
-    for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, whose own SIGTERM handler exits at once
-        signal.signal(sig, note)
+    signals = Signals()  # after ray.init, whose own SIGTERM handler exits at once
     try:
         stop = Stop.options(name=STOP, namespace=APP, get_if_exists=True).remote()
         # the proxies inherit the controller's environment: that is how they find the middleware
@@ -329,8 +317,7 @@ def run(*, address: Optional[str], host: str, port: int, drain_seconds: float = 
             deployment = serve.status().applications[APP].deployments["Realtime"]
             raise ServeError(f"the replicas could not start: {replica_error(deployment.message)}") from None
         print(f"{app_args['replicas']} replica(s) ready; Realtime API at ws://{host}:{port}{PATH}", flush=True)
-        came.wait()
-        drain_replicas(stop, drain_seconds_for(signals[0], drain_seconds))
+        drain_replicas(stop, signals.wait(drain_seconds))
     except Forced:
         pass
     finally:
@@ -339,4 +326,4 @@ def run(*, address: Optional[str], host: str, port: int, drain_seconds: float = 
         else:
             serve.delete(APP)
         ray.shutdown()
-    return exit_status(signals)
+    return signals.restore()

@@ -60,30 +60,44 @@ class Forced(Exception):
     """A second signal while draining: stop waiting."""
 
 
-def run_until_stopped(realtime, drain_seconds: float) -> int:
-    """The main thread of a process whose uvicorn runs in another thread (app.py: Gradio's): wait for SIGTERM or
-    SIGINT, then drain ``realtime`` on the event loop its connections live on; a second signal ends the wait at once.
-    -> the exit status; the caller then closes the server."""
-    signals: list[int] = []
-    came = threading.Event()
+class Signals:
+    """SIGTERM and SIGINT on the main thread of a process whose server runs elsewhere (app.py: Gradio's uvicorn
+    thread; ``serve --ray``: Ray's processes): :meth:`wait` until the first; a second raises :class:`Forced` in the
+    main thread, which ends the drain it waits for."""
 
-    def note(sig: int, frame) -> None:
-        signals.append(sig)
-        came.set()
-        if len(signals) > 1:
+    def __init__(self):
+        self.received: list[int] = []
+        self.came = threading.Event()
+        self.previous = {sig: signal.signal(sig, self.note) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def note(self, sig: int, frame) -> None:
+        self.received.append(sig)
+        self.came.set()
+        if len(self.received) > 1:
             raise Forced()
 
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def wait(self, drain_seconds: float) -> float:
+        """-> how long to drain, once a signal came."""
+        self.came.wait()
+        return drain_seconds_for(self.received[0], drain_seconds)
+
+    def restore(self) -> int:
+        """The handlers from before; -> the exit status."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return exit_status(self.received)
+
+
+def run_until_stopped(realtime, drain_seconds: float) -> int:
+    """app.py's main thread: wait for SIGTERM or SIGINT, then drain ``realtime`` on the event loop its connections
+    live on. -> the exit status; the caller then closes the server."""
+    signals = Signals()
     try:
-        came.wait()
-        seconds = drain_seconds_for(signals[0], drain_seconds)
+        seconds = signals.wait(drain_seconds)
         realtime.draining = True
         if realtime.loop is not None and not realtime.loop.is_closed():  # None: no connection ever came
             drained = asyncio.run_coroutine_threadsafe(realtime.drain(seconds), realtime.loop)
             drained.result(seconds + CLOSING_SECONDS + 1)
     except (Forced, concurrent.futures.TimeoutError):
         pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return exit_status(signals)
+    return signals.restore()
