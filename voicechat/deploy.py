@@ -54,6 +54,7 @@ PROXY_MIDDLEWARES = "voicechat.deploy.proxy_middlewares"
 # version) instead of its default 20 s, which would cut them off.
 DRAIN_SECONDS = 3600.0
 STOP = "voicechat-stop"  # the Stop actor's name, in the application's namespace
+STOP_POLL_SECONDS = 0.5  # how often a stopping replica looks for its last connections (Ray's default: 2 s)
 
 
 class ArgumentError(ServeError):
@@ -173,7 +174,8 @@ def application(*, model: str, demo: bool = False, offline: bool = False, api_ke
         Realtime, name="Realtime", num_replicas=replicas, max_ongoing_requests=max_sessions + ANSWER_SLOTS,
         ray_actor_options={"num_cpus": 1, "num_gpus": gpus_per_replica},  # one core for the engine thread
         request_router_config=RequestRouterConfig(request_router_class=FewestConversations),
-        graceful_shutdown_timeout_s=DRAIN_SECONDS, health_check_period_s=5.0, health_check_timeout_s=30.0,
+        graceful_shutdown_timeout_s=DRAIN_SECONDS, graceful_shutdown_wait_loop_s=STOP_POLL_SECONDS,
+        health_check_period_s=5.0, health_check_timeout_s=30.0,
         **placement)
     return deployment.bind(model, demo, offline, api_key, idle_seconds, max_sessions)
 
@@ -250,10 +252,9 @@ class Stop:
 
     def __init__(self):
         self.seconds, self.given = 0.0, asyncio.Event()
-        self.waiting = 0  # replicas that wait for the word and have not drained yet
+        self.done = 0  # replicas that have drained
 
     async def wait(self) -> float:
-        self.waiting += 1
         await self.given.wait()
         return self.seconds
 
@@ -262,17 +263,19 @@ class Stop:
         self.given.set()
 
     def drained(self) -> None:
-        self.waiting -= 1
+        self.done += 1
 
-    def left(self) -> int:
-        return self.waiting
+    def drained_count(self) -> int:
+        return self.done
 
 
 def drain_replicas(stop, seconds: float) -> None:
-    """Tell every replica to drain for ``seconds`` and wait until they have (``CLOSING_SECONDS`` more at most)."""
+    """Tell every replica to drain for ``seconds`` and wait until the running ones have (``CLOSING_SECONDS`` more at
+    most; a replica that died meanwhile has no conversation left to drain)."""
+    running = serve.status().applications[APP].deployments["Realtime"].replica_states.get("RUNNING", 0)
     ray.get(stop.drain.remote(seconds))
     deadline = time.monotonic() + seconds + CLOSING_SECONDS
-    while ray.get(stop.left.remote()) and time.monotonic() < deadline:
+    while ray.get(stop.drained_count.remote()) < running and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -324,6 +327,6 @@ def run(*, address: Optional[str], host: str, port: int, drain_seconds: float = 
         if address is None:
             serve.shutdown()
         else:
-            serve.delete(APP)
+            serve.delete(APP, _blocking=False)  # drained: the controller removes the replicas without us waiting
         ray.shutdown()
     return signals.restore()
