@@ -190,7 +190,6 @@ def test_qmv_rows_reads_the_packed_weights_as_mlx_does_and_asks_for_cuda():
         done = subprocess.run([sys.executable, "-m", "bench.qmv_rows", "--rows", "1"], capture_output=True,
                               text=True, cwd=REPO, timeout=120)
         assert done.returncode == 2 and "needs MLX's CUDA backend" in done.stderr
-    for bad in (["--rows", "64"], ["--runs", "0"]):
-        done = subprocess.run([sys.executable, "-m", "bench.qmv_rows", *bad], capture_output=True, text=True,
-                              cwd=REPO, timeout=120)
-        assert done.returncode == 2 and "--rows: at most 32" in done.stderr, bad
+    done = subprocess.run([sys.executable, "-m", "bench.qmv_rows", "--runs", "0"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "--runs: 1 or more" in done.stderr
