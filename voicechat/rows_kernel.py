@@ -218,7 +218,7 @@ def dense_product(x: mx.array, w: mx.array, tiles: int | None = None) -> mx.arra
     """x [..., K] bf16 @ the bf16 W [N, K] ^T, [..., N] bf16 (:func:`serves_dense`), each row its product alone; or,
     for x [..., H, K] and W [H, N, K], each head's inputs by its own weight, [..., H, N]. K is padded with zeros to a
     multiple of 64 where it is not one (a zero adds nothing to a float32 sum)."""
-    heads, k, n = (1, *w.shape) if w.ndim == 2 else w.shape
+    heads, n, k = (1, *w.shape) if w.ndim == 2 else w.shape
     rows, w = x.reshape(-1, heads, k), w.reshape(heads * n, k)
     if k % GROUP:
         pad = GROUP - k % GROUP
