@@ -88,10 +88,8 @@ def cases(rows: int) -> dict:
             lambda h, c: h @ c, normal((rows, 8, 16, 64, 128), 19, f32), normal((rows, 8, 1, 128, 1), 20, f32)),
         "subword attention scores, per-row q by k": lambda: per_row(
             lambda q, k: q @ k, normal((rows, 16, 4, 64), 21), normal((rows, 16, 64, 12), 22)),
-        "encoder position scores, MLX's batched product": lambda: per_row(
+        "encoder position scores, per-head weights": lambda: per_row(
             lambda x: x @ normal((8, 128, 71), 23), normal((rows, 8, 1, 128), 24)),
-        "encoder position scores, compute.head_product": lambda: per_row(
-            lambda x: compute.head_product(x, normal((8, 128, 71), 23)), normal((rows, 8, 1, 128), 24)),
         "sdpa with an additive bias (the encoder)": lambda: per_row(
             lambda q, k, v, bias: mx.fast.scaled_dot_product_attention(q, k, v, scale=128 ** -0.5, mask=bias),
             normal((rows, 8, 1, 128), 25), normal((rows, 8, 71, 128), 26), normal((rows, 8, 71, 128), 27),

@@ -99,14 +99,3 @@ def test_a_groups_products_are_each_conversations_alone(rows):
         mx.eval(together, alone)
         for b in range(rows):
             assert np.array_equal(bits(together[b:b + 1]), bits(alone[b])), (t, b)
-
-
-@cuda
-@pytest.mark.parametrize("rows", (1, 2, 8, 33, 128))
-@pytest.mark.parametrize("k", (40, 128))
-def test_each_row_of_a_product_by_heads_is_its_product_alone(rows, k):
-    """``compute.head_product`` (the encoder's position scores: each head's inputs by its own weight)."""
-    weight = (mx.random.normal((8, k, 71), key=mx.random.key(k)) * 0.05).astype(mx.bfloat16)  # [H, K, N]
-    x = mx.random.normal((rows, 8, 1, k), key=mx.random.key(3000 + rows)).astype(mx.bfloat16)
-    want = np.einsum("bhtk,hkn->bhtn", np.array(x.astype(mx.float32)), np.array(weight.astype(mx.float32)))
-    assert_rows_alone(lambda v: compute.head_product(v, weight), x, want)

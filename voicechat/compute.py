@@ -144,15 +144,6 @@ def product(x: mx.array, weight: mx.array) -> mx.array:
     return x @ weight
 
 
-def head_product(x: mx.array, weight: mx.array) -> mx.array:
-    """``x @ weight`` for x [B, H, T, K] and weight [H, K, N], each head's rows by its own weight (the encoder's
-    position scores): on CUDA our kernel by heads, each row as alone (MLX's batched product rounds a row by the batch:
-    docs/batching.md §3); elsewhere MLX's batched product, each item its own."""
-    if rows_kernel.serves_dense(x, weight):
-        return rows_kernel.dense_product(x.swapaxes(1, 2), weight.swapaxes(1, 2)).swapaxes(1, 2)
-    return x @ weight
-
-
 def row_product(x: mx.array, weight: mx.array) -> mx.array:
     """:func:`product` of x [n, C] whose rows are n conversations' (one each: a group's transcripts)."""
     return product(x[:, None], weight)[:, 0]

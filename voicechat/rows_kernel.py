@@ -28,9 +28,8 @@ SHARED_BYTES = 48 * 1024  # a block's static shared memory on CUDA
 
 TILES_SOURCE = """
     const int rows = x_shape[0];
-    const int K = x_shape[1] / HEADS;  // a row holds HEADS inputs of K, each with its own weight of N outputs
-    const int N = w_shape[0] / HEADS;
-    const int h = blockIdx.y;  // the head: its inputs, weights and outputs
+    const int K = x_shape[1];
+    const int N = w_shape[0];
     const int G = K / GS;
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
@@ -57,7 +56,7 @@ TILES_SOURCE = """
             for (int t = 0; t < NT; ++t) {
                 const int r = r0 + t * 8 + gid;
                 const uint32_t* xr = reinterpret_cast<const uint32_t*>(
-                    x + ((size_t)min(r, rows - 1) * HEADS + h) * K + g * 64 + s * 16 + 2 * tig);
+                    x + (size_t)min(r, rows - 1) * K + g * 64 + s * 16 + 2 * tig);
                 xb[t][0] = r < rows ? xr[0] : 0u;
                 xb[t][1] = r < rows ? xr[4] : 0u;
             }
@@ -92,7 +91,7 @@ TILES_SOURCE = """
             float v = partial[0][m][r];
             #pragma unroll
             for (int k = 1; k < KW; ++k) v += partial[k][m][r];
-            out[((size_t)(r0 + r) * HEADS + h) * N + n0 + m] = __float2bfloat16(v);
+            out[(size_t)(r0 + r) * N + n0 + m] = __float2bfloat16(v);
         }
     }
 """  # /*GROUP*/: a group's loads; /*FRAGMENT*/: a[4], the weights' fragment at k-step s
@@ -102,7 +101,7 @@ Q4_GROUP = """
         float sa[MT], ba[MT], sb[MT], bb[MT];
         #pragma unroll
         for (int m = 0; m < MT; ++m) {
-            const int ra = h * N + min(n0 + m * 16 + gid, N - 1), rb = h * N + min(n0 + m * 16 + gid + 8, N - 1);
+            const int ra = min(n0 + m * 16 + gid, N - 1), rb = min(n0 + m * 16 + gid + 8, N - 1);
             const uint4* pa = reinterpret_cast<const uint4*>(w + (size_t)ra * (K / 8) + g * 8);
             const uint4* pb = reinterpret_cast<const uint4*>(w + (size_t)rb * (K / 8) + g * 8);
             const uint4 a0 = pa[0], a1 = pa[1], b0 = pb[0], b1 = pb[1];
@@ -138,8 +137,7 @@ Q4_FRAGMENT = """
 """
 
 BF16_FRAGMENT = """
-                const int ra = h * N + min(n0 + m * 16 + gid, N - 1);
-                const int rb = h * N + min(n0 + m * 16 + gid + 8, N - 1);
+                const int ra = min(n0 + m * 16 + gid, N - 1), rb = min(n0 + m * 16 + gid + 8, N - 1);
                 const uint32_t* pa = reinterpret_cast<const uint32_t*>(w + (size_t)ra * K + g * 64 + s * 16 + 2 * tig);
                 const uint32_t* pb = reinterpret_cast<const uint32_t*>(w + (size_t)rb * K + g * 64 + s * 16 + 2 * tig);
                 a[0] = pa[0];
@@ -169,10 +167,9 @@ def serves(layer, x: mx.array) -> bool:
 
 
 def serves_dense(x: mx.array, w: mx.array) -> bool:
-    """Whether :func:`dense_product` takes rows ``x`` [..., K] and the weight ``w`` [N, K] (or [H, N, K] by heads):
-    on CUDA, both bfloat16."""
+    """Whether :func:`dense_product` takes rows ``x`` [..., K] and the weight ``w`` [N, K]: on CUDA, both bfloat16."""
     return (_CUDA and mx.default_device() == mx.gpu and x.dtype == w.dtype == mx.bfloat16 and x.size > 0
-            and w.ndim in (2, 3))
+            and w.ndim == 2)
 
 
 def output_tiles(rows: int) -> int:
@@ -192,19 +189,18 @@ def geometry(rows: int, n: int, tiles: int | None = None) -> dict:
             "shared": WARPS * mt * 16 * nt * ROWS_PER_TILE * 4}
 
 
-def run(kind: str, inputs: list, tiles: int | None, heads: int = 1) -> mx.array:
-    """Launch the kernel of ``kind`` (KINDS; made at its first use) over x = inputs[0] [rows, heads * K] and w =
-    inputs[1] [heads * N, ...] (head h: its K inputs of each row by its N rows of weights): :func:`geometry`'s blocks
-    for each head, WARPS warps each. -> [rows, heads * N]"""
+def run(kind: str, inputs: list, tiles: int | None) -> mx.array:
+    """Launch the kernel of ``kind`` (KINDS; made at its first use) over x = inputs[0] [rows, K] and w = inputs[1]
+    [N, ...]: :func:`geometry`'s blocks, WARPS warps each."""
     if kind not in _KERNELS:
         names, group, fragment = KINDS[kind]
         _KERNELS[kind] = mx.fast.cuda_kernel(name=f"voicechat_{kind}", input_names=names, output_names=["out"],
                                              source=source(group, fragment))
     rows, n = inputs[0].shape[0], inputs[1].shape[0]
-    g = geometry(rows, n // heads, tiles)
-    return _KERNELS[kind](inputs=inputs, template=[("NT", g["NT"]), ("MT", g["MT"]), ("KW", WARPS), ("GS", GROUP),
-                                                   ("HEADS", heads)],
-                          grid=(g["blocks"] * g["chunks"] * WARPS * 32, heads, 1), threadgroup=(WARPS * 32, 1, 1),
+    g = geometry(rows, n, tiles)
+    return _KERNELS[kind](inputs=inputs,
+                          template=[("NT", g["NT"]), ("MT", g["MT"]), ("KW", WARPS), ("GS", GROUP)],
+                          grid=(g["blocks"] * g["chunks"] * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
                           output_shapes=[(rows, n)], output_dtypes=[mx.bfloat16])[0]
 
 
@@ -215,13 +211,11 @@ def product(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, tiles:
 
 
 def dense_product(x: mx.array, w: mx.array, tiles: int | None = None) -> mx.array:
-    """x [..., K] bf16 @ the bf16 W [N, K] ^T, [..., N] bf16 (:func:`serves_dense`), each row its product alone; or,
-    for x [..., H, K] and W [H, N, K], each head's inputs by its own weight, [..., H, N]. K is padded with zeros to a
-    multiple of 64 where it is not one (a zero adds nothing to a float32 sum)."""
-    heads, n, k = (1, *w.shape) if w.ndim == 2 else w.shape
-    rows, w = x.reshape(-1, heads, k), w.reshape(heads * n, k)
+    """x [..., K] bf16 @ the bf16 W [N, K] ^T, [..., N] bf16 (:func:`serves_dense`), each row its product alone. K is
+    padded with zeros to a multiple of 64 where it is not one (a zero adds nothing to a float32 sum)."""
+    k, n = x.shape[-1], w.shape[0]
+    rows = x.reshape(-1, k)
     if k % GROUP:
         pad = GROUP - k % GROUP
-        rows, w = mx.pad(rows, [(0, 0), (0, 0), (0, pad)]), mx.pad(w, [(0, 0), (0, pad)])
-    y = run("bf16_rows", [rows.reshape(rows.shape[0], -1), w], tiles, heads)
-    return y.reshape(*x.shape[:-1], n)
+        rows, w = mx.pad(rows, [(0, 0), (0, pad)]), mx.pad(w, [(0, 0), (0, pad)])
+    return run("bf16_rows", [rows, w], tiles).reshape(*x.shape[:-1], n)

@@ -269,7 +269,7 @@ def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p
     q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [H, dk, W] (distances left .. -right, the position keys
     laid out for the product: :meth:`RelPositionMultiHeadAttention.position_keys`) -> [B, T, H * dk]."""
     b, t, h, dk = q_u.shape
-    position = compute.head_product(query_blocks(q_v, ctx), p)  # [B n, H, block, W]
+    position = query_blocks(q_v, ctx) @ p  # [B n, H, block, W]
     allowed = ctx.allowed.reshape(b * ctx.blocks, 1, ctx.block, ctx.span)
     bias = mx.where(allowed, skew_to_keys(position, ctx.span) / math.sqrt(dk), MASKED_SCORE)
     out = mx.fast.scaled_dot_product_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
