@@ -12,7 +12,8 @@
 # sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
 # archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease); qmvrows (bench.qmv_rows: the engine's 4-bit
 # product kernel for a group's rows against MLX's); kerneltests (tests/test_rows_kernel.py: each row of our kernels as
-# alone, 1 to 128 rows); oprows (bench.op_rows: the frame path's other ops, each row as alone?). TSESS: each sessions
+# alone, 1 to 128 rows); oprows (bench.op_rows: the frame path's other ops, each row as alone?); optrace (bench.op_trace:
+# which op of a real tick gives a row other bits than alone, at OPROWS rows). TSESS: each sessions
 # run's limit. The JSON files come back in results.tgz (a call brings back 8 files at most).
 set -o pipefail
 . bench/h200/env.sh
@@ -31,6 +32,7 @@ for run in ${RUN:-sessions rows exactness joins}; do
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
     exactness) for n in ${EXACT:-8}; do timeout 240 python3 -m bench.group_exactness --model $CK --sessions \$n --frames 40 --json \$HOME/exactness_\$n.json; done ;;
     kerneltests) timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_rows_kernel.py ;;
+    optrace) VOICECHAT_COMPILE=0 timeout 300 python3 -m bench.op_trace --model $CK --rows ${OPROWS:-8} --json \$HOME/op_trace.json ;;
     oprows) for n in ${OPROWS:-8}; do timeout 120 python3 -m bench.op_rows --rows \$n --json \$HOME/op_rows_\$n.json; done ;;
     joins) timeout 120 python3 -m bench.joins $CK --running 8 --prompts ${PROMPTS:-1,128} --rounds 1 ;;
     qmvrows) timeout 300 python3 -m bench.qmv_rows --runs 10 --json \$HOME/qmv_rows.json ;;
