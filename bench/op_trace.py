@@ -81,8 +81,8 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m bench.op_trace", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
-    p.add_argument("--rows", type=int, default=8, help="conversations in the group (default 8)")
-    p.add_argument("--ticks", type=int, default=3, help="steady ticks watched (default 3)")
+    for name, default, text in (("--rows", 8, "conversations in the group"), ("--ticks", 3, "steady ticks watched")):
+        p.add_argument(name, type=int, default=default, help=f"{text} (default {default})")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     if a.rows < 2 or a.ticks < 1:
