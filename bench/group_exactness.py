@@ -24,8 +24,8 @@ import mlx.core as mx
 from voicechat import load
 from voicechat.benchmarks.sessions import PROMPTS, STAGGER
 from voicechat.benchmarks.workload import FRAME, RATE, bench_input
-from voicechat.group import SessionGroup, TickClock
-from voicechat.session import Session
+from voicechat.timeline.loop import SessionGroup, TickClock
+from voicechat.timeline.conversation import Session
 
 OFFSET = 7  # frames between two conversations' starts in the input (each hears its own stretch)
 

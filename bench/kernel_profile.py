@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 
 import mlx.core as mx
 
-from voicechat import group as group_module
+from voicechat.timeline import loop as group_module
 from voicechat import load
 
 from bench.rows import ProfiledGroup, steady_group

@@ -28,7 +28,7 @@ from gradio_client import Client, handle_file  # noqa: E402
 from test_app import ADVANCED_DEFAULTS, OUT, free_port, text_of  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
 from voicechat.result import FrameUpdate  # noqa: E402
-from voicechat.session import Frame  # noqa: E402
+from voicechat.timeline.conversation import Frame  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, ToolEvent, calculate, system_prompt  # noqa: E402
 from voicechat.tools.calls import response_text  # noqa: E402
 from voicechat.webui import record as record_tab  # noqa: E402

@@ -151,7 +151,7 @@ def test_checkpoint_without_flag_buffers():
 
 
 def test_warmup_in_pieces_of_layers_is_the_one_forward():
-    """A joining conversation's set-up runs the warm-up forward a few layers a stage (voicechat/session.py
+    """A joining conversation's set-up runs the warm-up forward a few layers a stage (voicechat/timeline/conversation.py
     ``_set_up``): each piece evaluated before the next, the caches are those of the one forward, bit for bit."""
     model, weights, _ = checkpoint("tiny_model_aria")
     inputs = recorded_warmup(reference("greedy_aria"))

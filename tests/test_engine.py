@@ -28,7 +28,7 @@ from voicechat.audio import prepare_input
 from voicechat.errors import AudioInputError, ConfigError, ModelUnavailable
 from voicechat.config import GenerationConfig
 from voicechat.result import FrameUpdate, Result
-from voicechat.session import Frame
+from voicechat.timeline.conversation import Frame
 from voicechat.tokenizer import TextTokenizer
 
 TESTS = Path(__file__).parent
@@ -807,7 +807,7 @@ def memory_for(model, conversations: float):
     so 1.5 admits one conversation and refuses a second while the first runs."""
     import mlx.core as mx
     from voicechat import compute
-    from voicechat.group import MEMORY_SHARE, state_bytes
+    from voicechat.timeline.loop import MEMORY_SHARE, state_bytes
     from voicechat.limits import TIMELINE_LIMIT
 
     one = state_bytes(model.config, 1, TIMELINE_LIMIT, compute.speech_dtype().size)

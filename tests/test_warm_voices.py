@@ -13,7 +13,7 @@ from conftest import HARNESS_WAV, NEMO
 import voicechat
 from voicechat.api import WARM_VOICES, content_key
 from voicechat.model import prompt_frames
-from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
+from voicechat.timeline.conversation import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
 from test_group import RATE, SPEAKER, Talk, alone, assert_same, drive, noise
 from test_session import TTS, recording

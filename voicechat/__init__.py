@@ -10,7 +10,7 @@ from .config import NVIDIA_SAMPLING, GenerationConfig
 from .errors import (AudioInputError, Cancelled, CheckpointError, ConfigError, ModelUnavailable, TimelineFull,
                      ToolError, VoiceChatError)
 from .api import Model, load
-from .session import Frame, Session
+from .timeline.conversation import Frame, Session
 from .result import FrameUpdate, Result
 from .tools import Tool, ToolCall, tool
 

@@ -28,8 +28,8 @@ from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
-from .group import SessionGroup, row_counts
-from .session import LISTEN_BLOCK_FRAMES, Frame, Session
+from .timeline.loop import SessionGroup, row_counts
+from .timeline.conversation import LISTEN_BLOCK_FRAMES, Frame, Session
 from .llm import lm
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
@@ -167,13 +167,13 @@ class Model:
     def session(self, system_prompt: str = "", seed: int = 0, speaker=None,
                 config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = ()) -> Session:
         """A conversation: ``feed`` it audio as it arrives, get each 80 ms position back as soon as it is done
-        (:class:`voicechat.session.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
+        (:class:`voicechat.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
         return Session(self, system_prompt, seed, speaker, config, tools)
 
     def sessions(self, max_sessions: int) -> SessionGroup:
         """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone
-        (:class:`voicechat.group.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push`` queues
-        its audio, ``group.step()`` advances every ready one by a position."""
+        (:class:`voicechat.timeline.loop.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push``
+        queues its audio, ``group.step()`` advances every ready one by a position."""
         return SessionGroup(self, max_sessions)
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
@@ -198,7 +198,7 @@ class Model:
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
                   tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
-        """``generate`` with the test and benchmark seams of :class:`~voicechat.session.Session` (``noise``,
+        """``generate`` with the test and benchmark seams of :class:`~voicechat.Session` (``noise``,
         ``profile``, ``script``)."""
         return self._answer(self._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
                                             noise=noise, profile=profile, script=script))

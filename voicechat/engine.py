@@ -97,7 +97,7 @@ class Event:
 
     @property
     def frame(self):
-        """PROGRESS: the voicechat.session.Frame just finished (its new answer samples: ``frame.audio``), or None."""
+        """PROGRESS: the voicechat.Frame just finished (its new answer samples: ``frame.audio``), or None."""
         return self.update.frame if self.update is not None else None
 
     @property
@@ -222,7 +222,7 @@ class LiveRequest:
 @dataclass(frozen=True)
 class LiveEvent:
     kind: str  # QUEUED, READY, FRAMES, ERROR, CLOSED
-    frames: tuple = ()  # FRAMES: voicechat.session.Frame objects (numpy only)
+    frames: tuple = ()  # FRAMES: voicechat.Frame objects (numpy only)
     backlog_seconds: float = 0.0  # FRAMES: audio received and not yet turned into frames
     setup_seconds: float = 0.0  # READY: what starting the session took (prompt, TTS warm-up)
     prompt_frames: int = 0  # READY
@@ -352,13 +352,13 @@ class LiveJob(Job):
 
 
 class Engine:
-    """One background thread that loads the model and steps every conversation in one group (voicechat/group.py: one
-    tick advances every conversation whose next 80 ms has arrived): up to ``max_sessions`` live conversations and up
+    """One background thread that loads the model and steps every conversation in one group (voicechat/timeline/loop.py:
+    one tick advances every conversation whose next 80 ms has arrived): up to ``max_sessions`` live conversations and up
     to ``max_recordings`` recordings at once; more recordings wait in submission order (docs/batching.md §5)."""
 
     def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1,
                  max_recordings: int = 1):
-        """``max_sessions`` None: as many as :func:`voicechat.group.fitting_sessions` finds once the model is
+        """``max_sessions`` None: as many as :func:`voicechat.timeline.loop.fitting_sessions` finds once the model is
         loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
         its row at the next tick."""
         if max_recordings < 1:
@@ -591,7 +591,7 @@ class Engine:
 
     def _load(self) -> None:
         from .compute import compile_enabled
-        from .group import fitting_sessions
+        from .timeline.loop import fitting_sessions
 
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))

@@ -5,7 +5,7 @@ with a leading row axis, one row per conversation (the LLM's Mamba states and ke
 caches with each conversation's two CFG rows, the codec decoder's streams, the previous ids and codes, the text
 channel's random keys and seen ids, the TTS draws' keys). A tick steps every conversation whose next position is
 ready as one call per network over all rows; a row that is not ready keeps its state exactly (its caches' positions do
-not advance, its recurrent states are kept with a ``where``). Each :class:`~voicechat.session.Session` keeps its host
+not advance, its recurrent states are kept with a ``where``). Each :class:`~voicechat.Session` keeps its host
 side: its streaming encoder, transcript, text streams, tool channel and its result. A lone session is a group of
 one, so the per-frame code below is the only frame loop there is.
 
@@ -30,17 +30,17 @@ from typing import Optional
 
 import numpy as np
 
-from . import compute
+from .. import compute
 import mlx.core as mx
 
-from .cache import capacity_for
-from .errors import ConfigError, SessionsFull
-from .limits import TIMELINE_LIMIT
-from .model import prompt_frames
-from .llm import lm
-from .stt.perception import PerceptionRows, SteadyFrame
-from .tts.eartts import TTSState
-from .tts.mog import KeyNoise, key_draws
+from ..cache import capacity_for
+from ..errors import ConfigError, SessionsFull
+from ..limits import TIMELINE_LIMIT
+from ..model import prompt_frames
+from ..llm import lm
+from ..stt.perception import PerceptionRows, SteadyFrame
+from ..tts.eartts import TTSState
+from ..tts.mog import KeyNoise, key_draws
 
 LOOKAHEAD = 1  # ticks built and queued on the device while the host reads the one before
 MEMORY_SHARE = 0.8  # of the device's free memory, what a group's state may take (the rest: docs/batching.md §4)
@@ -199,10 +199,10 @@ class SessionGroup:
 
     # -- membership ---------------------------------------------------------------------------------------------
     def session(self, system_prompt: str = "", seed: int = 0, speaker=None, config=None, tools=()):
-        """A conversation in this group (:class:`~voicechat.session.Session`), at once: its row is taken now
+        """A conversation in this group (:class:`~voicechat.Session`), at once: its row is taken now
         (:class:`SessionsFull` if none can be had), its set-up's stages run in the next ticks, one a tick, then its
         prompt's positions, one a tick, beside the other conversations' positions. Audio pushed meanwhile waits."""
-        from .session import Session
+        from .conversation import Session
 
         return Session(self.model, system_prompt, seed, speaker, config, tools, group=self)
 
