@@ -33,7 +33,7 @@ def cached_kernels() -> int:
 
 def run(model_spec: str, frames: int, sessions: int = 1) -> dict:
     from voicechat.api import Model
-    from voicechat.model import load_parts
+    from voicechat.network import load_parts
     from voicechat.timeline.conversation import Session
 
     out = {"model": model_spec, "device": str(mx.default_device()), "mlx": mx.__version__,

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from voicechat.benchmarks import count_ops
 from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.errors import CheckpointError, ConfigError
-from voicechat.model import DERIVED_KEYS
+from voicechat.network import DERIVED_KEYS
 from voicechat.tts.eartts import (Codebook, RVQEARTTSModel, WarmupInputs, depthsum, nearest_code, prompt_samples,
                                   unmasking_schedule, warmup_inputs, warmup_waveform)
 from voicechat.tts.mog import KeyNoise

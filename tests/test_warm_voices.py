@@ -12,7 +12,7 @@ import pytest
 from conftest import HARNESS_WAV, NEMO
 import voicechat
 from voicechat.api import WARM_VOICES, content_key
-from voicechat.model import prompt_frames
+from voicechat.network import prompt_frames
 from voicechat.timeline.conversation import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
 from test_group import RATE, SPEAKER, Talk, alone, assert_same, drive, noise

@@ -26,7 +26,7 @@ from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
-from .model import VoiceChatModel, load_parts, speaker_reference_path
+from .network import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .timeline.loop import SessionGroup, row_counts
 from .timeline.conversation import LISTEN_BLOCK_FRAMES, Frame, Session

@@ -36,7 +36,7 @@ import mlx.core as mx
 from ..cache import capacity_for
 from ..errors import ConfigError, SessionsFull
 from ..limits import TIMELINE_LIMIT
-from ..model import prompt_frames
+from ..network import prompt_frames
 from ..llm import lm
 from ..stt.perception import PerceptionRows, SteadyFrame
 from ..tts.eartts import TTSState

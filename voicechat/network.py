@@ -1,4 +1,5 @@
-"""The module tree of the whole model (it IS the checkpoint key tree) and ``load``, the one way to build it.
+"""The network: the module tree of the whole model (it IS the checkpoint key tree) and ``load_parts``, the one way
+to build it.
 
     stt_model.perception.*        FastConformer + projection            stt/perception.py
     stt_model.llm.*               Nemotron-H                            llm/nemotron_h.py
