@@ -32,7 +32,7 @@ def cached_kernels() -> int:
 
 
 def run(model_spec: str, frames: int, sessions: int = 1) -> dict:
-    from voicechat.api import Model
+    from voicechat.model import Model
     from voicechat.network import load_parts
     from voicechat.timeline.conversation import Session
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import HARNESS_WAV, NEMO
 import voicechat
-from voicechat.api import WARM_VOICES, content_key
+from voicechat.model import WARM_VOICES, content_key
 from voicechat.network import prompt_frames
 from voicechat.timeline.conversation import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 

@@ -425,12 +425,12 @@ class BatchProgress:
 
 class Running:
     """An item in flight: its conversation in the group and the input still to give it (the offline loop's,
-    :class:`voicechat.api.OfflineInput`)."""
+    :class:`voicechat.model.OfflineInput`)."""
 
     def __init__(self, model, group, item: Item, folder: Path, settings: RunSettings):
         from .audio import prepare_input
         from .limits import check_timeline, run_positions
-        from .api import OfflineInput
+        from .model import OfflineInput
         from .tools import system_prompt as tool_prompt
 
         cfg = model.config

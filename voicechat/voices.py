@@ -273,7 +273,7 @@ def preview_recording(model, voice: Optional[Voice], sentence: str = PREVIEW_SEN
                       group=None):
     """A preview's conversation: a session over silence whose text channel is the sentence (:func:`preview_script`),
     so the model's own words never enter it; in ``group`` as ``Model.recording`` starts one (alone without).
-    -> voicechat.api.OfflineInput"""
+    -> voicechat.model.OfflineInput"""
     c = model.config
     script, positions = preview_script(model.tokenizer.encode(sentence), c.bos_id, c.eos_id, c.pad_id)
     silence = np.zeros(positions * c.samples_per_input_frame, np.float32)

@@ -1,5 +1,6 @@
-"""``Model``, what ``voicechat.load`` returns: a loaded checkpoint that answers recordings (``generate``) and holds
-conversations (``session``). Both run the one frame loop of :mod:`voicechat.session` (docs/model.md §1.2).
+"""``Model``, what ``voicechat.load`` returns (the network it runs is voicechat/network.py): a loaded checkpoint that
+answers recordings (``generate``) and holds conversations (``session``). Both run the one frame loop of
+:mod:`voicechat.timeline` (docs/model.md §1.2).
 
 Two output modes for ``generate`` (``GenerationConfig.reference``): NVIDIA's offline semantics (fixed length, prompt
 frames and the all-zero frame 0 kept in codes and audio), or the app's (answer timeline only, the input extended with
