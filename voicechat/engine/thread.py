@@ -41,13 +41,13 @@ from typing import Any, Callable, Iterator, Optional, Union
 import numpy as np
 from tqdm.auto import tqdm
 
-from .config import GenerationConfig
-from .errors import ConfigError, SessionsFull, ToolError, VoiceChatError
-from .limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
-from .answer import Answer, make_answer
-from .result import FrameUpdate, Result
-from .tools import system_prompt as tool_prompt
-from .voices import preview_recording
+from ..config import GenerationConfig
+from ..errors import ConfigError, SessionsFull, ToolError, VoiceChatError
+from ..limits import check_prompt_positions, checked_prompt, checked_seed, run_positions
+from ..answer import Answer, make_answer
+from ..result import FrameUpdate, Result
+from ..tools import system_prompt as tool_prompt
+from ..voices import preview_recording
 
 # Event kinds. The last three end a job.
 QUEUED, STARTED, PROGRESS, DONE, ERROR, CANCELLED = "queued", "started", "progress", "done", "error", "cancelled"
@@ -590,8 +590,8 @@ class Engine:
             return {}
 
     def _load(self) -> None:
-        from .compute import compile_enabled
-        from .timeline.loop import fitting_sessions
+        from ..compute import compile_enabled
+        from ..timeline.loop import fitting_sessions
 
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
