@@ -2,10 +2,11 @@
 recordings it answers, live.py the live conversations, loading.py the model's loading and status."""
 
 from ..result import FrameUpdate
-from .thread import (CANCELLED, CLOSED, DONE, DOWNLOADING, ERROR, EXPECTED_REALTIME_FACTOR, FAILED, FRAMES, LOADING,
-                     PROGRESS, QUEUED, READY, STARTED, STARTING, TERMINAL, Engine, EngineBusy, EngineFull,
-                     EngineStatus, Event, Job, LiveEvent, LiveJob, LiveRequest, ModelFacts, ModelLoader, Request,
-                     demo_model, download_bar, hub_model)
+from .live import CLOSED, FRAMES, EngineBusy, LiveEvent, LiveJob, LiveRequest
+from .loading import (DOWNLOADING, EXPECTED_REALTIME_FACTOR, FAILED, LOADING, READY, STARTING, EngineStatus, ModelFacts,
+                      ModelLoader, demo_model, download_bar, hub_model)
+from .recordings import CANCELLED, DONE, ERROR, PROGRESS, QUEUED, STARTED, TERMINAL, Event, Job, Request
+from .thread import Engine, EngineFull
 
 __all__ = ["CANCELLED", "CLOSED", "DONE", "DOWNLOADING", "ERROR", "EXPECTED_REALTIME_FACTOR", "FAILED", "FRAMES",
            "LOADING", "PROGRESS", "QUEUED", "READY", "STARTED", "STARTING", "TERMINAL", "Engine", "EngineBusy",
