@@ -35,7 +35,7 @@ from voicechat.benchmarks import count_ops
 from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.sessions import PROMPTS, session_counts
 from voicechat.benchmarks.workload import FRAME, RATE, bench_input
-from voicechat.timeline import loop as group_module
+from voicechat.timeline import admission
 from voicechat.errors import SessionsFull
 from voicechat.timeline.loop import SessionGroup, TickClock
 
@@ -292,7 +292,7 @@ def main(argv=None) -> int:
     model = load(a.model)
     # admission weighs each conversation at the timeline limit (docs/batching.md §4); these hold a few dozen
     # positions, so the group may take all the free memory, and a row count still refused is reported, not fatal
-    group_module.MEMORY_SHARE = 1.0
+    admission.MEMORY_SHARE = 1.0
     print(f"model {a.model}  device {mx.default_device()}  mlx {mx.__version__}  {a.runs} runs; ms", flush=True)
     report = {"model": a.model, "device": str(mx.default_device()), "mlx": mx.__version__, "runs": a.runs,
               "rows": []}

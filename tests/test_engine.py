@@ -807,7 +807,7 @@ def memory_for(model, conversations: float):
     so 1.5 admits one conversation and refuses a second while the first runs."""
     import mlx.core as mx
     from voicechat import compute
-    from voicechat.timeline.loop import MEMORY_SHARE, state_bytes
+    from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
     from voicechat.limits import TIMELINE_LIMIT
 
     one = state_bytes(model.config, 1, TIMELINE_LIMIT, compute.speech_dtype().size)

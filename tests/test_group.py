@@ -361,7 +361,7 @@ def test_the_state_a_group_holds_is_what_admission_counts():
     """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays:
     two conversations of different lengths, the buffers at the longer one's capacity."""
     from voicechat import compute
-    from voicechat.timeline.loop import state_bytes
+    from voicechat.timeline.admission import state_bytes
 
     m = model("tiny_model_aria")
     group = m.sessions(2)
@@ -395,7 +395,7 @@ def test_a_conversation_that_would_not_fit_is_refused_at_admission():
 
 def test_a_servers_default_is_what_fits_at_most_the_measured_bound():
     import mlx.core as mx
-    from voicechat.timeline.loop import DEFAULT_MOST_SESSIONS, fitting_sessions
+    from voicechat.timeline.admission import DEFAULT_MOST_SESSIONS, fitting_sessions
 
     m = model("tiny_model")
     assert fitting_sessions(m) == DEFAULT_MOST_SESSIONS  # the tiny model's state fits many times here

@@ -29,7 +29,8 @@ from .errors import AudioInputError, ConfigError
 from .limits import check_timeline, checked_prompt, run_positions
 from .network import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
-from .timeline.loop import SessionGroup, row_counts
+from .timeline.admission import row_counts
+from .timeline.loop import SessionGroup
 from .timeline.conversation import LISTEN_BLOCK_FRAMES, Frame, Session
 from .llm import lm
 from .stt.perception import timeline_frames
@@ -166,10 +167,12 @@ class Model:
 
     # -- the public calls ----------------------------------------------------------------------------------------
     def session(self, system_prompt: str = "", seed: int = 0, speaker=None,
-                config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = ()) -> Session:
+                config: Optional[GenerationConfig] = None, tools: Sequence[Tool] = (),
+                group: Optional[SessionGroup] = None) -> Session:
         """A conversation: ``feed`` it audio as it arrives, get each 80 ms position back as soon as it is done
-        (:class:`voicechat.Session`). ``speaker`` and ``tools`` as in :meth:`generate`."""
-        return Session(self, system_prompt, seed, speaker, config, tools)
+        (:class:`voicechat.Session`). ``speaker`` and ``tools`` as in :meth:`generate`. ``group``: the group whose
+        ticks step it (``group.session(...)`` passes itself); without one it is a group of one."""
+        return Session(self, system_prompt, seed, speaker, config, tools, group=group)
 
     def sessions(self, max_sessions: int) -> SessionGroup:
         """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone

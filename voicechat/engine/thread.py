@@ -52,8 +52,8 @@ class Engine(LiveConversations, Recordings):
 
     def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1,
                  max_recordings: int = 1):
-        """``max_sessions`` None: as many as :func:`voicechat.timeline.loop.fitting_sessions` finds once the model is
-        loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
+        """``max_sessions`` None: as many as :func:`voicechat.timeline.admission.fitting_sessions` finds once the model
+        is loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
         its row at the next tick."""
         if max_recordings < 1:
             raise ConfigError(f"max_recordings must be at least 1, got {max_recordings}")
@@ -269,7 +269,7 @@ class Engine(LiveConversations, Recordings):
 
     def _load(self) -> None:
         from ..compute import compile_enabled
-        from ..timeline.loop import fitting_sessions
+        from ..timeline.admission import fitting_sessions
 
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
