@@ -9,37 +9,35 @@ silence until the assistant's turn has ended).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import hashlib
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from . import compute
 import mlx.core as mx
 
-from .audio import prepare_input, read_audio, resample
+from .audio import read_audio, resample
 from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
-from .limits import check_timeline, checked_prompt, run_positions
 from .network import VoiceChatModel, load_parts, speaker_reference_path
-from .result import FrameUpdate, Result
+from .result import Result
 from .timeline.admission import row_counts
 from .timeline.loop import SessionGroup
-from .timeline.conversation import LISTEN_BLOCK_FRAMES, Frame, Session
+from .timeline.recording import OfflineInput, Progress, answer, open_recording
+from .timeline.conversation import Session
 from .llm import lm
 from .stt.perception import timeline_frames
 from .tokenizer import TextTokenizer
-from .tools import Tool, system_prompt as tool_prompt
+from .tools import Tool
 from .tts.eartts import prompt_samples, warmup_waveform
 from .voices import Voice, checkpoint_voices
 
-QUIET_FRAMES_AFTER_ANSWER = 6  # app mode: stop 0.48 s after the assistant's EOS once the recording has been heard
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
 # prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product (a
 # prompt is prefilled at most session.PREFILL_STAGE positions at a time), so that compilation happens at load and
@@ -50,9 +48,6 @@ WARM_FRAMES = 4
 # speakers whose TTS warm-up caches a model keeps, the least recently joined dropped first: 9.5 MB each at full size,
 # 153 MB for all, under a tenth of one conversation's state at the timeline limit (docs/batching.md §1)
 WARM_VOICES = 16
-
-Progress = Callable[[int, int, FrameUpdate], None]
-
 
 class Model:
     """A loaded NemotronLabs-VoiceChat checkpoint. Build it with ``voicechat.load``; all calls on one thread."""
@@ -197,48 +192,16 @@ class Model:
         """``generate``'s conversation as one more conversation of ``group``, its setup done: the caller gives it its
         input with ``advance()`` between the group's ticks (``group.step()``) until that says it is over, then reads
         ``result()`` (the same answer as ``generate``'s; docs/batching.md §5). ``session.close()`` stops it."""
-        return self._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools, group=group)
+        return open_recording(self, audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
+                              group=group)
 
     def _generate(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
                   tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None) -> Result:
         """``generate`` with the test and benchmark seams of :class:`~voicechat.Session` (``noise``,
         ``profile``, ``script``)."""
-        return self._answer(self._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
-                                            noise=noise, profile=profile, script=script))
-
-    def _recording(self, audio, sample_rate=None, system_prompt: str = "", seed: int = 0, speaker=None,
-                   config: Optional[GenerationConfig] = None, progress: Optional[Progress] = None,
-                   tools: Sequence[Tool] = (), *, noise=None, profile: bool = False, script=None,
-                   group: Optional[SessionGroup] = None) -> "OfflineInput":
-        """The recording read and checked, its session started (alone without ``group``) -> its input to come."""
-        gen = config or GenerationConfig()
-        cfg = self.config
-        x = prepare_input(audio, sample_rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
-                          gen.max_input_seconds)
-        fixed, extra = gen.fixed_length, gen.silence_samples(cfg.input_sample_rate)
-        prompt = tool_prompt(checked_prompt(system_prompt), tools)
-        positions = run_positions(self, len(x), prompt, gen)
-        check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds")  # refused before it starts
-        tracker = ProgressTracker(progress, positions)
-        tracker.announce("prompt")
-        session = Session(self, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
-                          on_frame=tracker.frame, script=script, group=group)
-        return OfflineInput(self, session, x, extra, fixed)
-
-    def _answer(self, recording: "OfflineInput") -> Result:
-        """A lone recording's pieces through its session -> the result."""
-        session = recording.session
-        try:
-            for piece in recording.pieces():
-                if piece is None:
-                    session.flush()
-                else:  # offline, a running tool is simply waited for
-                    session.feed(piece, self.config.input_sample_rate)
-                    session.settle()
-            return recording.result()
-        finally:
-            session.close()  # also when the progress callback stopped the run
+        return answer(open_recording(self, audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
+                                     noise=noise, profile=profile, script=script))
 
     def warm_up(self, positions: int = WARM_POSITIONS, sessions: int = 1) -> dict[str, float]:
         """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches and every
@@ -292,114 +255,9 @@ class Model:
         return timeline_frames(self.config.audio, samples)
 
 
-class OfflineInput:
-    """What ``generate`` gives a session, a piece at a time: the recording, then silence: in fixed mode all of it and
-    the end of the input; in app mode 80 ms at a time until the answer has ended, and the end of the input at the
-    bound (docs/model.md §1.2 A). :meth:`pieces` yields each piece once the session has run all the one before
-    allows; None is the end of the input (``flush``). ``generate`` gives them to one session; :meth:`advance` to a
-    session of a group whose ticks someone else runs (``voicechat batch``: docs/batch.md §1; the engine:
-    docs/batching.md §5)."""
-
-    def __init__(self, model: "Model", session: Session, x: np.ndarray, extra: int, fixed: bool):
-        self.cfg, self.session, self.x, self.extra, self.fixed = model.config, session, x, extra, fixed
-        # positions carrying the recording: those whose 80 ms hold some of it (the last one may be padding)
-        self.input_frames = min(-(-len(x) // self.cfg.samples_per_input_frame), model.encoder_frames(len(x) + extra))
-        self._given: Optional[Iterator] = None  # pieces() as advance() gives them
-
-    def pieces(self) -> Iterator[Optional[np.ndarray]]:
-        """Long stretches in blocks of LISTEN_BLOCK_FRAMES (a group's other conversations then wait at most one
-        block's encoder between two ticks; ``feed`` splits its audio so anyway)."""
-        cfg, session = self.cfg, self.session
-        yield from blocks(self.x, LISTEN_BLOCK_FRAMES * cfg.samples_per_input_frame)
-        if self.fixed:
-            yield from blocks(np.zeros(self.extra, np.float32), LISTEN_BLOCK_FRAMES * cfg.samples_per_input_frame)
-            yield None
-            return
-        heard = session.prompt_frames + self.input_frames
-        frame = cfg.samples_per_input_frame
-        for i in range(0, self.extra, frame):  # at the bound without an end, the input ends
-            start = answer_start(session)
-            if start is not None and answer_finished(session.text, session.position - 1, heard + session.held,
-                                                     cfg.pad_id, cfg.eos_id, start):
-                return
-            yield np.zeros(min(frame, self.extra - i), np.float32)
-        yield None
-
-    def advance(self) -> bool:
-        """Give the session its next piece once it has run all the one before allows (the group's ticks run it);
-        False when every piece is given and run (the session has then left the group)."""
-        if self._given is None:
-            self._given = self.pieces()
-        session = self.session
-        while session.ended or session.input_used():
-            piece = next(self._given, False)
-            if piece is False:
-                session.close()
-                return False
-            if piece is None:
-                session.flush()
-            else:
-                session.push(piece, self.cfg.input_sample_rate)
-        return True
-
-    def result(self) -> Result:
-        return dataclasses.replace(self.session.result(), input_frames=self.input_frames)
-
-
 def content_key(x: Optional[np.ndarray]) -> Optional[str]:
     """A digest of an array's float32 samples (None for none): equal arrays, equal keys."""
     return None if x is None else hashlib.sha1(np.ascontiguousarray(x, np.float32).tobytes()).hexdigest()
-
-
-def blocks(x: np.ndarray, size: int) -> Iterator[np.ndarray]:
-    """``x`` in pieces of ``size`` samples at most (none for an empty ``x``)."""
-    for i in range(0, len(x), size):
-        yield x[i:i + size]
-
-
-def answer_start(session: Session) -> Optional[int]:
-    """Where the answer is looked for: after the prompt and after the last tool exchange, since the model answers
-    from a tool's result once it has read it. None while an exchange is open."""
-    if session.tool_channel is not None and session.tool_channel.pending():
-        return None
-    ends = [call.end + 1 for call in session.tool_calls if call.end is not None]
-    return max([session.prompt_frames, *ends])
-
-
-def answer_finished(text: list, t: int, heard: int, pad_id: int, eos_id: int, prompt: int) -> bool:
-    """App mode stops once the recording has been heard (positions before ``heard``) and the assistant has ended its
-    turn (EOS, then some quiet frames without a new token); the appended silence bounds it otherwise."""
-    if t < heard:
-        return False
-    spoken = np.asarray(text[prompt:t + 1])
-    eos = np.flatnonzero(spoken == eos_id)
-    if eos.size == 0:
-        return False
-    after = spoken[eos[-1] + 1:]
-    return len(after) >= QUIET_FRAMES_AFTER_ANSWER and bool(np.all(after == pad_id))
-
-
-class ProgressTracker:
-    """Turns the session's frames into ``progress(done, total, update)`` calls."""
-
-    def __init__(self, progress: Optional[Progress], total: int):
-        self.progress, self.total = progress, total
-        self.start = time.perf_counter()
-        self.done = 0
-        self.text = self.function_text = ""
-
-    def announce(self, stage: str, frame: Optional[Frame] = None) -> None:
-        if self.progress is not None:
-            elapsed = time.perf_counter() - self.start
-            self.progress(self.done, self.total, FrameUpdate(stage, elapsed, self.done / max(elapsed, 1e-9),
-                                                             self.text, self.function_text, frame))
-
-    def frame(self, frame: Frame) -> None:
-        self.done += 1
-        self.total = max(self.total, self.done)  # a tool exchange adds positions
-        self.text += frame.text
-        self.function_text += frame.function_text
-        self.announce("frames", frame)
 
 
 def load(path_or_repo: Union[str, Path, None] = None, tokenizer: Optional[str] = None, dtype: Optional[mx.Dtype] = None,

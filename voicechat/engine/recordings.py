@@ -79,7 +79,7 @@ class Job:
         self.finished = threading.Event()
         self.frames_expected: Optional[int] = None  # its progress total, when known at submission (wait estimates)
         self.progress: Optional[tuple[int, int, float]] = None  # (done, total, seconds) once it runs
-        self.input: Any = None  # a recording's conversation once it runs (voicechat.model.OfflineInput; engine thread)
+        self.input: Any = None  # a recording once it runs (voicechat.timeline.recording.OfflineInput; engine thread)
         self._t0 = 0.0
         self._reached = (0, 0)  # (done, total) of its last frame, also after a cancel
 

@@ -423,7 +423,8 @@ class Session:
 
     def input_used(self) -> bool:
         """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
-        voicechat.model.OfflineInput); not while its set-up runs or a running tool holds the conversation."""
+        voicechat.timeline.recording.OfflineInput); not while its set-up runs or a running tool holds the
+        conversation."""
         return not self.setting_up and not self._ready() and not self.waits_for_tool()
 
     def waits_for_tool(self) -> bool:
