@@ -121,7 +121,8 @@ class ScriptedModel:
 
 class ScriptedRecording:
     """``ScriptedModel.recording``: the engine's contract of voicechat.timeline.recording.OfflineInput (``advance``
-    until it says the run is over, ``result``, ``session.close`` / ``session.waits_for_tool``); a frame per ``advance``."""
+    until it says the run is over, ``result``, ``session.close`` / ``session.waits_for_tool``); a frame per
+    ``advance``."""
 
     def __init__(self, model: ScriptedModel, audio, sample_rate, system_prompt, seed, speaker, config, progress):
         model.threads.add(threading.get_ident())
