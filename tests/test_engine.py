@@ -797,6 +797,14 @@ def test_the_recording_rows_are_at_least_one():
         eng.Engine(loader_for(ScriptedModel()), name="scripted", max_recordings=0)
 
 
+def test_the_live_conversations_are_at_least_one():
+    """The engine's admission owns the limit: 0 is refused, not taken for one (None: as many as fit)."""
+    with pytest.raises(ConfigError, match="max_sessions must be at least 1, got 0"):
+        eng.Engine(loader_for(ScriptedModel()), name="scripted", max_sessions=0)
+    with pytest.raises(ConfigError, match="--max-sessions must be at least 1, got -1"):
+        eng.check_limits(-1, flags=True)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # recordings that wait for memory, on the real tiny model under a real memory limit
 # ---------------------------------------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ from .live import CLOSED, FRAMES, EngineBusy, LiveEvent, LiveJob, LiveRequest
 from .loading import (DOWNLOADING, EXPECTED_REALTIME_FACTOR, FAILED, LOADING, READY, STARTING, EngineStatus, ModelFacts,
                       ModelLoader, demo_model, download_bar, hub_model)
 from .recordings import CANCELLED, DONE, ERROR, PROGRESS, QUEUED, STARTED, TERMINAL, Event, Job, Request
-from .thread import Engine, EngineFull
+from .thread import Engine, EngineFull, check_limits
 
 __all__ = ["CANCELLED", "CLOSED", "DONE", "DOWNLOADING", "ERROR", "EXPECTED_REALTIME_FACTOR", "FAILED", "FRAMES",
            "LOADING", "PROGRESS", "QUEUED", "READY", "STARTED", "STARTING", "TERMINAL", "Engine", "EngineBusy",
            "EngineFull", "EngineStatus", "Event", "FrameUpdate", "Job", "LiveEvent", "LiveJob", "LiveRequest",
-           "ModelFacts", "ModelLoader", "Request", "demo_model", "download_bar", "hub_model"]
+           "ModelFacts", "ModelLoader", "Request", "check_limits", "demo_model", "download_bar", "hub_model"]

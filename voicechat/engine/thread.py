@@ -45,6 +45,15 @@ class EngineFull(VoiceChatError):
     """Too many jobs are already waiting."""
 
 
+def check_limits(max_sessions: Optional[int], max_recordings: int = 1, *, flags: bool = False) -> None:
+    """The engine's conversation limits, checked here alone (the command line, the app and a deployment ask before
+    anything loads; ``flags`` names them as the command line's options): ``max_sessions`` live conversations at once
+    (None: as many as fit), ``max_recordings`` recordings at once, each at least 1."""
+    for name, value in (("max_sessions", max_sessions), ("max_recordings", max_recordings)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{'--' + name.replace('_', '-') if flags else name} must be at least 1, got {value}")
+
+
 class Engine(LiveConversations, Recordings):
     """One background thread that loads the model and steps every conversation in one group (voicechat/timeline/loop.py:
     one tick advances every conversation whose next 80 ms has arrived): up to ``max_sessions`` live conversations and up
@@ -55,8 +64,7 @@ class Engine(LiveConversations, Recordings):
         """``max_sessions`` None: as many as :func:`voicechat.timeline.admission.fitting_sessions` finds once the model
         is loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
         its row at the next tick."""
-        if max_recordings < 1:
-            raise ConfigError(f"max_recordings must be at least 1, got {max_recordings}")
+        check_limits(max_sessions, max_recordings)
         self.name = name
         self.max_waiting = max_waiting
         self.max_sessions = max_sessions or 1
