@@ -7,7 +7,7 @@ then each of them in a group of its own, run alone. Per conversation it prints w
 the codes are identical at every position; where they are not, the first position that differs and the top-2 margin
 of the logits there in the run alone (text, or function where only that id differs: a margin near 0 is a tie that any
 rounding breaks); the largest difference of the output samples and of the encoder frames. The CPU suite checks the
-same on the NeMo fixtures (tests/test_group.py); this is for a GPU, where a product over R rows may round
+same on the NeMo fixtures (tests/test_loop.py); this is for a GPU, where a product over R rows may round
 differently from one over one row.
 """
 

@@ -1,7 +1,7 @@
 """Many conversations on one model (docs/batching.md): each conversation of a group gives exactly what it gives alone.
 
 The reference is the same conversation run alone (a lone session: itself checked against NeMo's offline output on
-every fixture by tests/test_session.py). In the group, conversations join at different ticks (so their caches hold
+every fixture by tests/test_conversation.py). In the group, conversations join at different ticks (so their caches hold
 different lengths), with different prompts, seeds, speakers, chunkings, text sampling and output modes; rows are
 reused after a conversation leaves, one conversation is cancelled halfway, and one calls tools. Encoder frames (the
 streaming perception: every row's steady frame in one call), transcript ids, text ids, function ids and codes must be
@@ -20,7 +20,7 @@ from voicechat import GenerationConfig
 from voicechat.errors import SessionsFull
 from voicechat.timeline.conversation import Session
 
-from test_session import TTS, model, recording  # the lone session's fixtures: the reference
+from test_conversation import TTS, model, recording  # the lone session's fixtures: the reference
 
 RATE = 16000
 SPEAKER = NEMO / "speaker_22k.wav"
