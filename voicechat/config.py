@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .errors import ConfigError
 from .frame import FRAME_SECONDS, INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from .limits import check_generation
 
@@ -304,6 +305,12 @@ class ModelConfig:
     pretrained_llm: Optional[str] = None
     quantization: Optional[QuantizationConfig] = None
     format: str = "nested"
+
+    def __post_init__(self):
+        # a checkpoint's frame states the one every room counts in (voicechat/frame.py), never another
+        if not math.isclose(self.frame_length, FRAME_SECONDS):
+            raise ConfigError(f"this checkpoint's frame is {self.frame_length:g} s; voicechat runs NVIDIA's "
+                              f"{FRAME_SECONDS:g} s timeline")
 
     @property
     def samples_per_input_frame(self) -> int:
