@@ -205,7 +205,7 @@ class Model:
 
     def warm_up(self, positions: int = WARM_POSITIONS, sessions: int = 1) -> dict[str, float]:
         """Run every per-frame function once, at every cache size a conversation of ``positions`` reaches and every
-        row count a group of ``sessions`` conversations meets as they join (``group.row_counts``: a handful, since
+        row count a group of ``sessions`` conversations meets as they join (``admission.row_counts``: a handful, since
         the rows double), so that tracing and the GPU's kernel compilation happen now rather than in the first
         answer, at a cache's growth or at a join (GPU only: on a CPU nothing is compiled). Returns the seconds each
         part took."""
