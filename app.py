@@ -8,7 +8,7 @@
 This file is the UI only: the page around its tabs, and the command. The page is a set of tabs around one engine:
 ``build_app`` puts each tab's ``build()`` in a ``gr.Tab`` (Record and run: voicechat/webui/record.py; Talk live:
 voicechat/webui/talk.py; the timeline drawing: voicechat/webui/timeline.py). All model work happens on the engine
-thread (voicechat/engine.py); the tabs' handlers submit jobs and render the engine's events.
+thread (voicechat/engine/); the tabs' handlers submit jobs and render the engine's events.
 
 One queue: the engine's. Gradio hands every Run to its handler at once (no concurrency limit on it), the handler
 submits it to the engine, and the engine's queue is the only place where requests wait: its positions and expected
