@@ -77,7 +77,7 @@ def install(trace: Trace) -> None:
 
 def main(argv=None) -> int:
     from bench.rows import steady_group
-    from voicechat import group as group_module
+    from voicechat.timeline import admission
 
     p = argparse.ArgumentParser(prog="python -m bench.op_trace", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     if a.rows < 2 or a.ticks < 1:
         p.error(f"--rows: 2 or more (got {a.rows}); --ticks: 1 or more (got {a.ticks})")
     model = load(a.model)
-    group_module.MEMORY_SHARE = 1.0  # a few dozen positions each (bench.rows does the same)
+    admission.MEMORY_SHARE = 1.0  # a few dozen positions each (bench.rows does the same)
     trace = Trace()
     install(trace)
     group, sessions, tick = steady_group(model, a.rows, a.ticks + 2)
