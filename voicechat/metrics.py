@@ -52,7 +52,7 @@ def ticked(group, seconds: float) -> None:
     """A tick that advanced conversations took ``seconds``; ``group`` holds their state (engine thread: it reads the
     caches' positions)."""
     from . import compute
-    from .group import state_bytes
+    from .timeline.admission import state_bytes
 
     TICK.observe(seconds)
     if seconds > FRAME_SECONDS:
