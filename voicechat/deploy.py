@@ -40,8 +40,7 @@ from .engine import check_limits
 from .errors import ConfigError
 from .limits import DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS
 from .realtime import PATH, ClientEventError, ServeError, create_app, error_event, event_text, loaded_engine
-from .realtime.drain import Forced, Signals
-from .realtime.server import CLOSING_SECONDS
+from .realtime.drain import CLOSING_SECONDS, Forced, Signals
 
 log = logging.getLogger("voicechat.deploy")
 

@@ -13,9 +13,9 @@ from typing import Optional
 
 import uvicorn
 
-from .server import CLOSING_SECONDS
 
 INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl+C
+CLOSING_SECONDS = 3.0  # after a drain, how long the closes may take: the process is gone within drain + 5 s
 
 
 def drain_seconds_for(sig: int, drain_seconds: float) -> float:

@@ -18,6 +18,7 @@ from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
 from ..limits import DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
+from .drain import CLOSING_SECONDS, DrainingServer
 from .connection import (CLOSE_GOING_AWAY, CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS,
                          MAX_MESSAGE_BYTES, Connection)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
@@ -28,7 +29,6 @@ PATH = "/v1/realtime"
 HEALTH_PATH = "/health"
 SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
-CLOSING_SECONDS = 3.0  # then how long their closes may take: the process is gone within drain + 5 s
 
 
 class RealtimeServer:
@@ -247,8 +247,6 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
     import socket
 
     import uvicorn
-
-    from .drain import DrainingServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
