@@ -1,6 +1,7 @@
 """``python -m voicechat``: generate on every layout, byte-identical seeded WAVs, the conversation record, where
 answers go, and exit codes for bad input and bad output paths (found before the model loads)."""
 
+import argparse
 import io
 import json
 import os
@@ -13,7 +14,8 @@ import soundfile as sf
 
 from conftest import HARNESS_WAV, NEMO, TESTS
 from test_audio import write_with_pyav
-from voicechat.__main__ import main
+import voicechat
+from voicechat.__main__ import main, parser
 from voicechat.terminal import terminal_text
 from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 from voicechat.result import CONVERSATION_FIELDS
@@ -300,3 +302,30 @@ def test_live_outputs_are_checked_before_the_model_loads(tmp_path):
         p = run_cli("live", "--model", "no model", "--input-file", str(recording), "--fast", *args, cwd=tmp_path)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert recording.read_bytes() == HARNESS_WAV.read_bytes()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the command's own help (issue 39): every option says what it does; --version
+# ----------------------------------------------------------------------------------------------------------------
+def every_argument(p: argparse.ArgumentParser, path: tuple = ()):
+    """(command path, action) for every argument of ``p`` and of its subcommands, at any depth."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_argument(sub, (*path, name))
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, action
+
+
+def test_every_option_of_every_command_has_a_help_line():
+    arguments = list(every_argument(parser()))
+    commands = {path[0] for path, _ in arguments if path}
+    assert {"generate", "batch", "download", "bench", "serve", "live", "voices"} <= commands
+    assert sum(1 for path, _ in arguments if path[:1] == ("voices",)) > 10  # voices' own subcommands were walked
+    missing = [" ".join([*path, "/".join(a.option_strings) or a.dest]) for path, a in arguments if not a.help]
+    assert missing == []
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"voicechat {voicechat.__version__}\n"

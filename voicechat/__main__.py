@@ -1,7 +1,7 @@
 """Command line: ``voicechat generate | batch | download | bench | serve | live | voices`` (installed with the package;
 the same as ``python -m voicechat ...``).
 
-Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
+Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 130 stopped by Ctrl+C, 1 any other failure.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from .errors import AudioInputError, OutputError, TestSetError, ToolError, Voice
 from .files import checked_folder, checked_output, distinct_files, write_atomically
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 from .voices import VoiceError
+
+
+SEED_HELP = "the random seed: the same input, settings and seed give the same answer (default 0)"
 
 
 class UsageError(Exception):
@@ -286,10 +289,10 @@ def add_voices_parser(sub) -> None:
     add.add_argument("name", help="up to 32 letters, digits, spaces, - or _")
     add.add_argument("file", help="the recording (any format generate reads)")
     rename = actions.add_parser("rename", parents=[common], help="rename a voice you added")
-    rename.add_argument("name")
-    rename.add_argument("new_name")
+    rename.add_argument("name", help="the voice's name now")
+    rename.add_argument("new_name", help="its new name (the same rules as add's)")
     remove = actions.add_parser("remove", parents=[common], help="remove a voice you added")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the voice to remove")
     v.set_defaults(func=cmd_voices)
 
 
@@ -321,7 +324,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         from .realtime import serve
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
-                         "(or pip install \"voicechat[app]\")") from None
+                         "(or pip install \".[app]\" in a checkout)") from None
     if a.max_sessions is not None and a.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
     if a.allow_voice_add and not a.api_key:
@@ -339,7 +342,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     try:
         from .deploy import ArgumentError, run
     except ImportError as e:
-        raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
+        raise UsageError(f"--ray needs {e.name}: pip install \".[ray]\" in a checkout (Ray Serve)") from None
     try:
         run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
             api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
@@ -389,7 +392,7 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--allow-voice-add", action="store_true",
                    help="let clients add voices to the library (the voicechat.voice.add event, docs/voices.md); "
                         "needs --api-key")
-    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")",
+    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \".[ray]\" in a checkout)",
                              "with --ray, --max-sessions is each replica's, 1 unless given: Ray needs it before the "
                              "models load")
     r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
@@ -443,7 +446,7 @@ def add_live_parser(sub) -> None:
     v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
     add_model_arguments(v)
     v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     v.add_argument("--voice", help="a voice of the library (python -m voicechat voices list)")
     add_library_argument(v)
     v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
@@ -473,7 +476,7 @@ def add_live_parser(sub) -> None:
 def add_answer_arguments(g: argparse.ArgumentParser) -> None:
     """How a recording is answered: prompt, seed, voice, tools, timeline and sampling (generate and batch)."""
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
     g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
                                                          "calculator, unit conversion)")
@@ -487,20 +490,29 @@ def add_answer_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--max-extra-seconds", type=float, default=10.0, help="bound on the appended silence (default 10)")
     g.add_argument("--nvidia-sampling", action="store_true",
                    help="sample the text channel like NVIDIA's wrapper (temperature 0.3, top-p 0.5, repetition 1.1)")
-    g.add_argument("--text-temperature", type=float)
-    g.add_argument("--text-top-p", type=float)
-    g.add_argument("--text-repetition-penalty", type=float)
-    g.add_argument("--tts-guidance", type=float, help="classifier-free guidance scale (checkpoint default)")
-    g.add_argument("--tts-top-p", type=float)
-    g.add_argument("--tts-top-k", type=int)
-    g.add_argument("--tts-noise", type=float)
+    g.add_argument("--text-temperature", type=float,
+                   help="the text channel's sampling temperature (default 0: greedy, the most likely token)")
+    g.add_argument("--text-top-p", type=float, help="sample the text from the smallest set of tokens holding this "
+                                                    "probability, in (0, 1] (default 1)")
+    g.add_argument("--text-repetition-penalty", type=float,
+                   help="penalize the tokens already said by this factor (default 1: none)")
+    g.add_argument("--tts-guidance", type=float, help="the speech's classifier-free guidance scale (default: the "
+                                                      "checkpoint's)")
+    g.add_argument("--tts-top-p", type=float, help="the speech's top-p, in (0, 1] (default: the checkpoint's)")
+    g.add_argument("--tts-top-k", type=int,
+                   help="sample each speech code from the K most likely (default: the checkpoint's)")
+    g.add_argument("--tts-noise", type=float, help="the speech sampler's noise scale, 0 or more (default: the "
+                                                   "checkpoint's)")
     g.add_argument("--turn-markers", action="store_true", help="NVIDIA's <|t|> / <$t$> turn markers in the text")
     g.add_argument("--tokenizer", help="tokenizer.json to use when the checkpoint ships none")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
+    p.add_argument("--version", action="version", version=f"voicechat {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
     add_model_arguments(g)
@@ -554,9 +566,9 @@ def main(argv=None) -> int:
     except VoiceChatError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl+C: the shell's convention, 128 + SIGINT
         print("interrupted", file=sys.stderr)
-        return 1
+        return 130
 
 
 if __name__ == "__main__":
