@@ -32,8 +32,10 @@ fi
 stamp=.venv/.set-up-for-$what
 if [ ! -f "$stamp" ] || [ ! -x .venv/bin/voicechat ] || [ -n "$(find $lists pyproject.toml -newer "$stamp")" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
+  # setuptools' editable build warns that a folder named voicechat here may shadow the package: it is the package
   # shellcheck disable=SC2046  # one "-r FILE" pair per list
-  .venv/bin/python -m pip install -q $(for f in $lists; do printf -- '-r %s ' "$f"; done) -e .
+  PYTHONWARNINGS=ignore::UserWarning \
+    .venv/bin/python -m pip install -q $(for f in $lists; do printf -- '-r %s ' "$f"; done) -e .
   touch "$stamp"
 fi
 mkdir -p outputs  # where the app and the command line write by default (git-ignored)
