@@ -101,7 +101,7 @@ def test_pip_install_gives_the_package_and_the_command(installed, tmp_path):
     # the installed command answers a recording, from another folder, and says where the answer went
     err = run([command, "generate", "--model", model, "--audio", "question.wav", "--quiet", "--extra-seconds", "0"],
               elsewhere).stderr
-    assert f"wrote {elsewhere / 'question-answer.wav'} (" in err
+    assert f"wrote {elsewhere / 'outputs' / 'question-answer.wav'} (" in err
 
 
 def test_requirements_txt_lists_what_the_package_declares(installed):

@@ -17,7 +17,7 @@ from pathlib import Path
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
 from .errors import AudioInputError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
-from .files import checked_folder, checked_output, distinct_files, write_atomically
+from .files import OUTPUTS, checked_folder, checked_output, distinct_files, write_atomically
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 from .voices import VoiceError
 
@@ -78,9 +78,12 @@ def input_file(path: str) -> Path:
 
 
 def default_answer_file(recording: Path) -> Path:
-    """``<recording name>-answer.wav`` in the current folder, numbered so that no file is overwritten."""
+    """``outputs/<recording name>-answer.wav`` under the current folder (made if missing; git-ignored in a checkout),
+    numbered so that no file is overwritten."""
+    folder = Path.cwd() / OUTPUTS
+    checked_folder(str(folder), "the default output folder").mkdir(exist_ok=True)
     names = (f"{recording.stem}-answer{'' if n == 1 else f'-{n}'}.wav" for n in itertools.count(1))
-    return next(p for p in (Path.cwd() / name for name in names) if not p.exists())
+    return next(p for p in (folder / name for name in names) if not p.exists())
 
 
 def chosen_tools(a: argparse.Namespace) -> tuple:
@@ -128,8 +131,8 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     from .result import conversation_json
 
     recording = input_file(a.audio)
-    answer_file = checked_output(a.output_audio, "--output-audio") or default_answer_file(recording)
-    json_file = checked_output(a.json, "--json")
+    answer_file = checked_output(a.output_audio, "--output-audio", a.overwrite) or default_answer_file(recording)
+    json_file = checked_output(a.json, "--json", a.overwrite)
     distinct_files({"--audio": recording, "--output-audio": answer_file, "--json": json_file})
     gen = generation_config(a)
     checked_seed(a.seed)
@@ -273,7 +276,7 @@ def add_library_argument(p: argparse.ArgumentParser) -> None:
 
     from .voices import LIBRARY_FOLDER
 
-    p.add_argument("--voices", default=os.environ.get("VOICECHAT_VOICES", str(Path("outputs") / LIBRARY_FOLDER)),
+    p.add_argument("--voices", default=os.environ.get("VOICECHAT_VOICES", str(Path(OUTPUTS) / LIBRARY_FOLDER)),
                    help="the voice library's folder (default: $VOICECHAT_VOICES, else ./outputs/voices: the app's "
                         "when it is started in this folder)")
 
@@ -304,7 +307,7 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    checked_output(a.json, "--json")
+    checked_output(a.json, "--json", a.overwrite)
     if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
         from .benchmarks.sessions import main as sessions_main
 
@@ -408,7 +411,7 @@ def add_serve_parser(sub) -> None:
 
 def cmd_live(a: argparse.Namespace) -> int:
     from .devices import DeviceChoiceError, device_table, import_sounddevice
-    from .terminal import LiveOptions, run_live
+    from .terminal import SAVED_FILES, LiveOptions, run_live
 
     if a.list_devices:
         print(device_table(import_sounddevice()))
@@ -421,10 +424,10 @@ def cmd_live(a: argparse.Namespace) -> int:
         raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
-    output = checked_output(a.output_file, "--output-file")
+    output = checked_output(a.output_file, "--output-file", a.overwrite)
     distinct_files({"--input-file": a.input_file and Path(a.input_file), "--output-file": output})
     if a.save:
-        checked_folder(a.save, "--save")
+        checked_folder(a.save, "--save", SAVED_FILES, a.overwrite)
     checked_seed(a.seed)
     checked_prompt(a.system_prompt)
     options = LiveOptions(
@@ -462,6 +465,7 @@ def add_live_parser(sub) -> None:
     v.add_argument("--input-file", metavar="WAV", help="play this recording as the microphone")
     v.add_argument("--output-file", metavar="OUT.wav", help="write what the speaker would have played (no devices)")
     v.add_argument("--fast", action="store_true", help="with --input-file and --output-file: faster than real time")
+    add_overwrite_argument(v)
     v.add_argument("--tail", type=float, default=4.0, help="seconds of silence after --input-file (default 4)")
     v.add_argument("--seconds", type=float, help="stop after this many seconds")
     v.add_argument("--max-lag", type=float, default=MAX_LAG_SECONDS,
@@ -471,6 +475,11 @@ def add_live_parser(sub) -> None:
                    help="remove the speaker's sound from the microphone (WebRTC AEC3; pip install livekit), so "
                         "speakers work without headphones")
     v.set_defaults(func=cmd_live)
+
+
+def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace output files that exist (without it, such a file is an error before the model loads)")
 
 
 def add_answer_arguments(g: argparse.ArgumentParser) -> None:
@@ -524,6 +533,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
                                   "per-frame token ids and codes, settings, timings, tool calls (the app's "
                                   "conversation.json)")
     add_answer_arguments(g)
+    add_overwrite_argument(g)
     g.add_argument("--voice", help="a voice of the library (python -m voicechat voices list)")
     add_library_argument(g)
     g.set_defaults(func=cmd_generate)
@@ -542,6 +552,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
                    help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
                         "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")
+    add_overwrite_argument(b)
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     add_live_parser(sub)

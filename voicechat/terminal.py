@@ -35,6 +35,7 @@ from .devices import (EchoCanceller, FileMicrophone, FileSpeaker, Microphone, Sp
 from .errors import FellBehind, VoiceChatError
 
 TICK = 0.01  # the main loop wakes at least this often (seconds)
+SAVED_FILES = ("conversation.wav", "conversation.json")  # what --save DIR writes
 STATUS_EVERY = 0.2  # redraw the status line this often on a terminal (seconds); 1 s when not a terminal
 HEADPHONES = ("Wear headphones: without --echo-cancel, the model hears itself through speakers (and answers "
               "itself).")
@@ -467,7 +468,7 @@ def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveO
     from .result import conversation_json
 
     directory.mkdir(parents=True, exist_ok=True)
-    wav, js = directory / "conversation.wav", directory / "conversation.json"
+    wav, js = (directory / name for name in SAVED_FILES)
     write_wav(wav, stereo_timeline(call.user_audio(), INPUT_SAMPLE_RATE, result), result.sample_rate)
     summary = call.summary()
     record = conversation_json(
