@@ -171,19 +171,38 @@ def test_an_unknown_option_gets_the_commands_usage(capsys):
 
 def test_demo_answers_without_a_checkpoint_and_the_log_gets_a_line_per_tenth(tmp_path):
     """``generate --demo`` (as app, live and serve have it) run with stderr into a file, as a log gets it."""
-    log = tmp_path / "log.txt"
+    log, temporary = tmp_path / "log.txt", tmp_path / "tmp"
+    temporary.mkdir()
     with log.open("w") as err:
         p = subprocess.run([sys.executable, "-m", "voicechat", "generate", "--demo", "--audio", str(HARNESS_WAV),
                             "--json", "a.json", "--extra-seconds", "1"], stdout=subprocess.PIPE, stderr=err,
                            text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent),
-                                                         "HF_HUB_OFFLINE": "1"}, timeout=300)
+                                                         "HF_HUB_OFFLINE": "1", "TMPDIR": str(temporary)}, timeout=300)
     text = log.read_text()
     assert p.returncode == 0, text
+    assert not list(temporary.glob("voicechat-*"))  # the demo checkpoint's folder is gone (mlx/ is MLX's own)
     assert json.loads((tmp_path / "a.json").read_text())["demo_model"] is True
     assert (tmp_path / "outputs" / "question_16k-answer.wav").is_file()
     progress = [line for line in text.splitlines() if "frames/s" in line]
     assert "\r" not in text and 2 <= len(progress) <= 11  # one line at each tenth of the run, the last one 100%
     assert progress[-1].startswith(f"[{'#' * 30}]")
+
+
+def test_a_demo_server_leaves_no_temporary_folder_even_when_killed(tmp_path):
+    """The demo checkpoint is written, loaded and removed before the server says it is ready: a SIGKILL (which no
+    clean-up survives) leaves nothing behind (a 5.6 MB voicechat-demo-* folder per run, before issue 39)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    server = subprocess.Popen([sys.executable, "-m", "voicechat", "serve", "--demo", "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(TESTS.parent), "HF_HUB_OFFLINE": "1",
+                                   "TMPDIR": str(temporary)})
+    try:
+        assert any("Realtime API at" in line for line in server.stdout)
+    finally:
+        server.kill()
+        server.wait(60)
+    assert not list(temporary.glob("voicechat-*"))
 
 
 def test_control_characters_of_a_models_text_are_shown_escaped():

@@ -106,25 +106,19 @@ def print_tool_calls(result) -> None:
         print(terminal_text(f"[tool] {call.name or '?'}({arguments}) -> {outcome}"))
 
 
-def cmd_generate(a: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
-        return answer_recording(a, Path(scratch))
-
-
-def load_model(a: argparse.Namespace, scratch: Path):
-    """The checkpoint ``--model`` names, or with ``--demo`` the app's tiny random-weight model written into
-    ``scratch``."""
+def load_model(a: argparse.Namespace):
+    """The checkpoint ``--model`` names, or with ``--demo`` the app's tiny random-weight model."""
     from . import load
     from .engine import demo_model
 
     if a.demo:
         print("loading the demo model (random weights: its answers are noise) ...", file=sys.stderr)
-        return demo_model(scratch)(None)
+        return demo_model()(None)
     print(f"loading {a.model} ...", file=sys.stderr)
     return load(a.model, tokenizer=a.tokenizer, offline=a.offline)
 
 
-def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
+def cmd_generate(a: argparse.Namespace) -> int:
     from .answer import make_answer
     from .audio import check_recording, read_audio, write_wav
     from .terminal import terminal_text
@@ -142,7 +136,7 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     tools = chosen_tools(a)
     speaker = chosen_voice(a) if a.voice else a.speaker
     t0 = time.perf_counter()
-    model = load_model(a, scratch)
+    model = load_model(a)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     bar = ProgressBar()
     t0 = time.perf_counter()
@@ -191,16 +185,15 @@ def cmd_batch(a: argparse.Namespace) -> int:
     prepare_output(out, settings, source)
     print(f"{len(items)} items ({fmt}) -> {out}", file=sys.stderr)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
-        model = load_model(a, Path(scratch))
-        print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        bar = None if a.quiet else BatchProgress(len(items))
-        t0 = time.perf_counter()
-        try:
-            outcomes = run_batch(model, items, out, settings, a.sessions, bar)
-        finally:
-            if bar is not None:
-                bar.close()
+    model = load_model(a)
+    print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    bar = None if a.quiet else BatchProgress(len(items))
+    t0 = time.perf_counter()
+    try:
+        outcomes = run_batch(model, items, out, settings, a.sessions, bar)
+    finally:
+        if bar is not None:
+            bar.close()
     print(summary_text(outcomes, time.perf_counter() - t0, out))
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 

@@ -862,14 +862,18 @@ def hub_model(spec: str, *, offline: bool = False) -> ModelLoader:
     return load
 
 
-def demo_model(directory: Union[str, Path]) -> ModelLoader:
-    """Write a tiny random-weight checkpoint into ``directory`` and load it: the whole app works offline, and every
-    answer is noise."""
+def demo_model() -> ModelLoader:
+    """A tiny random-weight checkpoint written into a temporary folder, loaded, and the folder removed at once: the
+    whole app works offline, every answer is noise, and no run leaves the folder behind, however it ends (issue 39;
+    the loaded model reads none of its files again)."""
 
     def load(progress_bar: type):
+        import tempfile
+
         import voicechat
         from voicechat.random_checkpoint import write_tiny_checkpoint
 
-        return voicechat.load(write_tiny_checkpoint(Path(directory), seed=0), offline=True)
+        with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as folder:
+            return voicechat.load(write_tiny_checkpoint(Path(folder), seed=0), offline=True)
 
     return load

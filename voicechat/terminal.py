@@ -18,7 +18,6 @@ import math
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import unicodedata
@@ -258,10 +257,10 @@ class Resampler:
             np.zeros(0, np.float32), last=True)
 
 
-def model_loader(o: LiveOptions, scratch: Path):
+def model_loader(o: LiveOptions):
     from .engine import demo_model, hub_model
 
-    return demo_model(scratch) if o.demo else hub_model(o.model, offline=o.offline)
+    return demo_model() if o.demo else hub_model(o.model, offline=o.offline)
 
 
 def wait_for_engine(engine, say: Callable[[str], None]) -> None:
@@ -495,21 +494,20 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
     source, sink, echo = open_ends(o)
     if o.input_file is None:
         say(ECHO_CANCEL if echo is not None else HEADPHONES)
-    with tempfile.TemporaryDirectory(prefix="voicechat-live-") as scratch:
-        engine = Engine(model_loader(o, Path(scratch)), name="the demo model" if o.demo else o.model).start()
+    engine = Engine(model_loader(o), name="the demo model" if o.demo else o.model).start()
+    try:
+        wait_for_engine(engine, say)
+        live = engine.open_live(live_request(o))
+        call = LiveCall(live, source, sink, view, o, echo)
         try:
-            wait_for_engine(engine, say)
-            live = engine.open_live(live_request(o))
-            call = LiveCall(live, source, sink, view, o, echo)
-            try:
-                result = call.run()
-            finally:
-                live.close()
-            view.close(call.status())
+            result = call.run()
         finally:
-            source.close()
-            sink.close()
-            engine.close()
+            live.close()
+        view.close(call.status())
+    finally:
+        source.close()
+        sink.close()
+        engine.close()
     summary = call.summary()
     if o.output_file is not None:
         write_wav(o.output_file, sink.audio(), sink.rate)
