@@ -838,7 +838,8 @@ def download_bar(name: str, report: Callable[[EngineStatus], None]) -> type:
         def __init__(self, *args, **kwargs):
             self.is_bytes = kwargs.get("unit") == "B"
             self.bytes_done = kwargs.get("initial", 0)  # counted here: a disabled tqdm stops counting
-            super().__init__(*args, **kwargs)
+            # drawn only on a terminal (tqdm's None): into a pipe or a log its redraws are control characters
+            super().__init__(*args, **{"disable": None, **kwargs})
 
         def update(self, n=1):
             self.bytes_done += n or 0
