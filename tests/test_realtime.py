@@ -226,7 +226,9 @@ def test_session_update_is_partial_and_validated():
            ({"type": "realtime", "instructions": 3}, "invalid_value", "session.instructions"),
            ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
             "invalid_value", "session.audio.input.format"),
-           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu", "rate": 24000}}}},
+            "invalid_value", "session.audio.output.format"),
+           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/opus"}}}},
             "invalid_value", "session.audio.output.format"),
            ({"type": "realtime", "output_modalities": ["text"]}, "invalid_value", "session.output_modalities"),
            ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}, "invalid_value",
@@ -251,7 +253,7 @@ def test_client_events_are_parsed_or_rejected_with_ga_codes():
         with pytest.raises(realtime.ClientEventError) as e:
             realtime.parse_client_event(text)
         assert e.value.code == code
-    for kind, code in (("response.dance", "invalid_value"), ("conversation.item.truncate", "unsupported_event")):
+    for kind, code in (("response.dance", "invalid_value"), ("output_audio_buffer.clear", "unsupported_event")):
         with pytest.raises(realtime.ClientEventError) as e:
             realtime.event_kind({"type": kind})
         assert (e.value.code, e.value.param) == (code, "type")
@@ -395,9 +397,12 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
             await expect_error(conn, "invalid_json")
             await conn.send_raw(json.dumps({"type": "response.dance", "event_id": "evt_1"}))
             assert "response.dance" in (await expect_error(conn, "invalid_value", "type", "evt_1"))["message"]
-            await conn.send_raw(json.dumps({"type": "conversation.item.truncate", "item_id": "x", "content_index": 0,
-                                            "audio_end_ms": 0}))
+            await conn.send_raw(json.dumps({"type": "output_audio_buffer.clear"}))
             await expect_error(conn, "unsupported_event", "type")
+            for kind in ("truncate", "delete", "retrieve"):
+                await conn.send_raw(json.dumps({"type": f"conversation.item.{kind}", "item_id": "x", "content_index": 0,
+                                                "audio_end_ms": 0}))
+                await expect_error(conn, "invalid_value", "item_id")
             pcm = base64.b64encode(np.zeros(2400, "<i2").tobytes()).decode()
             await conn.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": pcm, "event_id": "evt_2"}))
             await expect_error(conn, "session_not_configured", event_id="evt_2")
@@ -409,7 +414,7 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
                 "input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
             await expect_error(conn, "invalid_value", "session.audio.input.format")
             await conn.session.update(session={"type": "realtime",
-                                               "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
+                                               "audio": {"input": {"format": {"type": "audio/pcmu", "rate": 16000}}}})
             await expect_error(conn, "invalid_value", "session.audio.input.format")
             await conn.input_audio_buffer.commit()
             await expect_error(conn, "input_audio_buffer_commit_empty")
@@ -1135,7 +1140,7 @@ def test_the_prompt_can_change_until_audio_starts_then_it_is_locked(server, tiny
     long_prompt = "You are a helpful assistant. Answer in one short sentence."
 
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         try:
             await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
             first = await receive_until(conn, "voicechat.session.ready")
@@ -1175,7 +1180,7 @@ def test_lone_surrogates_get_an_error_event_and_the_connection_goes_on(server):
               "session.tools[0].description")]
 
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         try:
             for event, param in cases:
                 await conn.send_raw(json.dumps(event))  # json escapes the surrogate: "\ud800"
@@ -1196,7 +1201,7 @@ def test_instructions_past_the_limits_are_refused_before_any_model_work(server):
     """100 KB of instructions made the prefill ask for tens of GB (the process died); a prompt past the cap of
     positions tied the model up for minutes. Both get an error event at once; no live session was opened."""
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         try:
             await conn.session.update(session={"type": "realtime", "instructions": "y" * 100_000})
             error = await expect_error(conn, "invalid_value", "session.instructions")
@@ -1226,7 +1231,7 @@ def test_a_reconnect_right_after_a_clean_close_is_served(server):
     async def scenario():
         firsts, closing = [], None
         for _ in range(5):
-            conn = await client(server).realtime.connect(model=MODEL).enter()
+            conn = await client(server).realtime.connect(model=MODEL, extra_query={"voicechat_events": "1"}).enter()
             if closing is not None:
                 await closing
             first = await receive(conn)
@@ -1256,7 +1261,7 @@ def test_a_client_that_sends_no_audio_is_closed_after_the_idle_timeout(strict_se
     server = strict_server
 
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
         await receive_until(conn, "voicechat.session.ready")  # it holds the model, then says nothing
         error = await expect_error(conn, "idle_timeout")
