@@ -788,16 +788,20 @@ PAD, BOS, EOS = 12, 1, 2
 
 class Scripted:
     """The real tiny model; each session it makes follows a script: ``calls`` written on the function channel
-    (``ScriptedHead`` of test_tools.py), or ``words`` on the text channel (PAD, then BOS, the words and EOS, counted
-    in positions after the prompt). The engine runs it as it runs any model."""
+    (``ScriptedHead`` of test_tools.py, the first ``call_at`` positions after the prompt), and/or on the text
+    channel ``words`` (PAD, then BOS, the words and EOS, counted in positions after the prompt) or ``text`` (a
+    function of that count: the id). The engine runs it as it runs any model; ``made`` keeps its sessions."""
 
-    def __init__(self, model, calls=(), words: tuple[int, list[int]] | None = None):
-        self.model, self.calls, self.words = model, list(calls), words
+    def __init__(self, model, calls=(), words: tuple[int, list[int]] | None = None, text=None, call_at: int = 5):
+        self.model, self.calls, self.words, self.text, self.call_at = model, list(calls), words, text, call_at
+        self.made: list[Session] = []
 
     def __getattr__(self, name):
         return getattr(self.model, name)
 
     def text_id(self, offset: int) -> int:
+        if self.text is not None:
+            return self.text(offset)
         start, ids = self.words
         turn = [BOS, *ids, EOS]
         return turn[offset - start] if start <= offset < start + len(turn) else PAD
@@ -817,16 +821,17 @@ class Scripted:
     def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=(), group=None):
         from test_tools import ScriptedHead
 
-        head = ScriptedHead(self.model.tokenizer, self.calls)
+        head = ScriptedHead(self.model.tokenizer, self.calls, first=self.call_at)
+        texts = self.words or self.text
 
         def script(t):
             if head.session is None or t < head.session.prompt_frames:
                 return None, None  # the prompt
-            if self.words:
-                return self.text_id(t - head.session.prompt_frames), None
-            return None, head.function_id()
+            return (self.text_id(t - head.session.prompt_frames) if texts else None,
+                    head.function_id() if self.calls or not texts else None)
 
         head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script, group=group)
+        self.made.append(head.session)
         return head.session
 
 

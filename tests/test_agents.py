@@ -1,0 +1,179 @@
+"""Voice-agent frameworks against the Realtime server, each with its real package (tests/requirements.txt): LiveKit
+Agents' OpenAI realtime model, Pipecat's OpenAI Realtime LLM service, and OpenAI's Agents SDK (docs/realtime.md
+"Clients").
+
+The server runs the demo model with its channels scripted (``Scripted`` of test_realtime.py): turns on the text
+channel (BOS, words, EOS), a tool call on the function channel, and a last turn that goes on until the audio ends,
+so that each framework meets several turns, a tool round trip and an interruption at known places. What is asserted
+is protocol behaviour: the framework's own events, chat context and tool calls, and the server's record of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from test_realtime import (CALL, PROMPT, Scripted, serve_here,  # noqa: F401 (tiny_model: a fixture)
+                           tiny_model)
+
+BOS, EOS, PAD = 1, 2, 12
+TURN_EVERY = 80  # positions between the starts of the scripted turns (6.4 s)
+TURNS = 3  # the last one never ends: it is open when the audio runs out (the interruption's target)
+CALL_AT = 14  # the tool call starts here, after the first turn (positions after the prompt)
+WORDS = " Hello there"
+RESULT = {"high": "6am"}
+AUDIO_SECONDS = 16.0  # past the last turn's start, the tool exchange's positions included
+TIMEOUT = 60.0
+
+
+def turns(words: list[int]):
+    """The text script: a turn of ``words`` every TURN_EVERY positions from position 4; the last one repeats its
+    words without an EOS."""
+    def text(offset: int) -> int:
+        turn, at = divmod(offset - 4, TURN_EVERY)
+        if offset < 4 or turn >= TURNS:
+            return PAD
+        spoken = [BOS, *words, EOS] if turn < TURNS - 1 else [BOS] + words * 200
+        return spoken[at] if at < len(spoken) else PAD
+    return text
+
+
+@pytest.fixture(scope="module")
+def agent_model(tiny_model):
+    return Scripted(tiny_model, calls=[CALL], text=turns(tiny_model.tokenizer.encode(WORDS)), call_at=CALL_AT)
+
+
+@pytest.fixture(scope="module")
+def agent_server(agent_model):
+    yield from serve_here(agent_model)
+
+
+def noise(seconds: float, rate: int = 24000) -> np.ndarray:
+    return np.round(np.random.default_rng(0).standard_normal(round(seconds * rate)) * 3000).astype(np.int16)
+
+
+def injected(model: Scripted, output: str) -> bool:
+    """The tool's output went into the model's function channel: the last session's function ids hold its tokens
+    (docs/live.md §2.4)."""
+    tokens = model.model.tokenizer.encode(f"<TOOL_RESPONSE>[{output}]</TOOL_RESPONSE>")
+    func = list(model.made[-1].func)
+    return any(func[i:i + len(tokens)] == tokens for i in range(len(func)))
+
+
+async def eventually(check, what: str, timeout: float = TIMEOUT) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LiveKit Agents
+# ---------------------------------------------------------------------------------------------------------------
+def test_livekit_realtime_session_turns_tool_and_interruption(agent_server, agent_model):
+    """LiveKit's RealtimeSession (the part of an AgentSession that speaks the protocol; no LiveKit room here): audio
+    both ways, each turn's user and assistant transcripts in its chat context in order, a ``@function_tool`` called
+    and its result back in the model's function channel, and ``interrupt()`` plus ``truncate()`` on the turn still
+    speaking, all without an error."""
+    from livekit import rtc
+    from livekit.agents import llm
+    from livekit.plugins import openai as lk_openai
+
+    asked = []
+
+    @llm.function_tool
+    async def lookup(q: str) -> str:
+        """Looks something up."""
+        asked.append(q)
+        return json.dumps(RESULT)
+
+    async def scenario():
+        model = lk_openai.realtime.RealtimeModel(base_url=agent_server, api_key="x", model="voicechat")
+        session = model.session()
+        raw, errors, generations, audio = [], [], [], []
+        session.on("openai_server_event_received", raw.append)
+        session.on("error", errors.append)
+
+        async def follow(generation):
+            async def message(m):
+                async for frame in m.audio_stream:
+                    audio.append(frame)
+                async for _ in m.text_stream:
+                    pass
+
+            async def calls(stream):
+                async for call in stream:
+                    done = await llm.execute_function_call(
+                        llm.FunctionToolCall(name=call.name, arguments=call.arguments, call_id=call.call_id),
+                        session.tools)
+                    context = session.chat_ctx.copy()
+                    context.items.append(done.fnc_call_out)
+                    await session.update_chat_ctx(context)  # conversation.item.create function_call_output
+
+            tasks = [asyncio.create_task(calls(generation.function_stream))]
+            async for m in generation.message_stream:
+                tasks.append(asyncio.create_task(message(m)))
+            await asyncio.gather(*tasks)
+
+        followers = []
+        session.on("generation_created", lambda g: (generations.append(g),
+                                                    followers.append(asyncio.create_task(follow(g)))))
+        try:
+            await session.update_instructions(PROMPT)
+            await session.update_tools([lookup])
+            samples = noise(AUDIO_SECONDS)
+            for i in range(0, len(samples), 480):  # 20 ms frames, as a room's track delivers them
+                chunk = samples[i:i + 480]
+                session.push_audio(rtc.AudioFrame(chunk.tobytes(), 24000, 1, len(chunk)))
+            await eventually(lambda: len(generations) >= TURNS + 1 and any(
+                e["type"] == "response.output_audio.delta" and e["response_id"] == generations[-1].response_id
+                for e in raw), "the last turn")
+            last = generations[-1].response_id
+            message_id = next(e["item"]["id"] for e in raw if e["type"] == "response.output_item.added"
+                              and e["response_id"] == last)
+            session.interrupt()  # response.cancel
+            session.truncate(message_id=message_id, modalities=["audio"], audio_end_ms=40)
+            await eventually(lambda: any(e["type"] == "conversation.item.truncated" for e in raw), "the truncation")
+            await asyncio.wait_for(asyncio.gather(*followers), TIMEOUT)
+            return raw, errors, generations, audio, session.chat_ctx.copy(), message_id
+        finally:
+            await session.aclose()
+            await model.aclose()
+
+    raw, errors, generations, audio, context, interrupted = asyncio.run(scenario())
+    assert errors == [] and [e for e in raw if e["type"] == "error"] == []
+    assert not [e for e in raw if e["type"].startswith("voicechat.")]  # none unless asked for
+    # audio both ways: the model heard the pushed audio and every response's audio reached LiveKit at 24 kHz
+    assert audio and {(f.sample_rate, f.num_channels) for f in audio} == {(24000, 1)}
+    assert sum(f.samples_per_channel for f in audio) == sum(
+        len(base64.b64decode(e["delta"])) // 2 for e in raw if e["type"] == "response.output_audio.delta")
+    # turns: the user's words, then the assistant's, turn by turn; the tool exchange inside the second
+    kinds = [(i.type, getattr(i, "role", None)) for i in context.items]
+    user, assistant = ("message", "user"), ("message", "assistant")
+    assert kinds[:10] == [user, assistant, user, assistant, ("function_call", None), ("function_call_output", None),
+                          user, assistant, user, assistant], kinds
+    assert kinds[10:] in ([], [user])  # the user's words while the last turn is spoken, if any came before the close
+    heard = [e["transcript"] for e in raw if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    users = [i for i in context.items if getattr(i, "role", None) == "user"]
+    # each user item completes when the assistant takes the turn, its transcript appended to the item's content
+    assert [u.content[-1] for u in users[:TURNS + 1]] == heard and all(heard) and len(heard) == TURNS + 1
+    assert all("".join(u.content) == "" for u in users[TURNS + 1:])  # still open
+    assistants = [i for i in context.items if getattr(i, "role", None) == "assistant"]
+    said = [e["transcript"] for e in raw if e["type"] == "response.output_audio_transcript.done"]
+    assert [a.content[-1] for a in assistants] == said == [WORDS, "", WORDS, said[-1]]
+    assert WORDS.startswith(said[-1]) and assistants[-1].id == interrupted
+    # the tool: LiveKit ran the function tool, and its output went into the model's function channel
+    call = next(i for i in context.items if i.type == "function_call")
+    assert (call.name, json.loads(call.arguments), asked) == ("lookup", {"q": "tides"}, ["tides"])
+    output = next(i for i in context.items if i.type == "function_call_output")
+    assert output.call_id == call.call_id and json.loads(output.output) == RESULT
+    assert injected(agent_model, output.output)
+    # the interruption: the last response cancelled, its message truncated where LiveKit stopped playing it
+    done = [e["response"] for e in raw if e["type"] == "response.done"]
+    assert [d["status"] for d in done] == ["completed"] * TURNS + ["cancelled"]
+    truncated = next(e for e in raw if e["type"] == "conversation.item.truncated")
+    assert (truncated["item_id"], truncated["audio_end_ms"]) == (interrupted, 40)
