@@ -177,3 +177,108 @@ def test_livekit_realtime_session_turns_tool_and_interruption(agent_server, agen
     assert [d["status"] for d in done] == ["completed"] * TURNS + ["cancelled"]
     truncated = next(e for e in raw if e["type"] == "conversation.item.truncated")
     assert (truncated["item_id"], truncated["audio_end_ms"]) == (interrupted, 40)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pipecat
+# ---------------------------------------------------------------------------------------------------------------
+def test_pipecat_realtime_service_turns_tool_and_interruption(agent_server, agent_model):
+    """Pipecat's OpenAIRealtimeLLMService in a pipeline with its context aggregators, between pipecat's own test
+    processors: user audio in as InputAudioRawFrames, the answer out as TTSAudioRawFrames, each turn's user and
+    assistant messages in the LLMContext, a registered function called and its result back in the model's function
+    channel, and an InterruptionFrame (with local turns: response.cancel, conversation.item.truncate), without an
+    error (pipecat stops at any error event)."""
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    from pipecat.frames.frames import ErrorFrame, InputAudioRawFrame, InterruptionFrame, LLMRunFrame, TTSAudioRawFrame
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.processors.frame_processor import FrameDirection
+    from pipecat.services.openai.realtime import events
+    from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
+    from pipecat.tests.utils import QueuedFrameProcessor
+    from pipecat.workers.runner import WorkerRunner
+
+    asked = []
+
+    async def lookup(params):
+        asked.append(params.arguments["q"])
+        await params.result_callback(RESULT)
+
+    async def scenario():
+        # the tools and instructions go in the service's settings: the model reads them before the first audio
+        # (docs/realtime.md "Clients")
+        tools = ToolsSchema([FunctionSchema("lookup", "Looks something up.", {"q": {"type": "string"}}, ["q"])])
+        llm = OpenAIRealtimeLLMService(
+            api_key="x", base_url=agent_server.replace("http", "ws") + "/realtime",
+            settings=OpenAIRealtimeLLMService.Settings(
+                model="voicechat", system_instruction=PROMPT,
+                session_properties=events.SessionProperties(
+                    tools=tools, audio=events.AudioConfiguration(input=events.AudioInput(turn_detection=False)))))
+        llm.register_function("lookup", lookup)
+        created, done = {}, {}  # the server's items as pipecat heard of them (conversation.item.added / .done)
+        llm.add_event_handler("on_conversation_item_created", lambda _, item_id, item: created.update({item_id: item}))
+        llm.add_event_handler("on_conversation_item_updated", lambda _, item_id, item: done.update({item_id: item}))
+        context = LLMContext()
+        pair = LLMContextAggregatorPair(context)
+        down, up = asyncio.Queue(), asyncio.Queue()
+        pipeline = Pipeline([QueuedFrameProcessor(queue=up, queue_direction=FrameDirection.UPSTREAM), pair.user(),
+                             llm, QueuedFrameProcessor(queue=down, queue_direction=FrameDirection.DOWNSTREAM),
+                             pair.assistant()])
+        worker = PipelineWorker(pipeline, cancel_on_idle_timeout=False, params=PipelineParams(
+            audio_in_sample_rate=24000, audio_out_sample_rate=24000))
+        frames = []
+
+        def seen() -> bool:
+            while not (down.empty() and up.empty()):
+                frames.append(down.get_nowait() if not down.empty() else up.get_nowait())
+            errors = [f for f in frames if isinstance(f, ErrorFrame)]
+            assert not errors, errors
+            return len(answers(created)) == TURNS + 1 and any(isinstance(f, TTSAudioRawFrame) for f in frames)
+
+        async def drive():
+            try:
+                await worker.queue_frame(LLMRunFrame())
+                samples = noise(AUDIO_SECONDS)
+                for i in range(0, len(samples), 480):
+                    await worker.queue_frame(InputAudioRawFrame(samples[i:i + 480].tobytes(), 24000, 1))
+                await eventually(seen, "the last turn")
+                last = answers(created)[-1]
+                await worker.queue_frame(InterruptionFrame())
+                await eventually(lambda: seen() and last in done, "the cancelled response")
+                return await llm.retrieve_conversation_item(last)  # the server's record, truncated
+            finally:
+                await worker.cancel()
+
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(worker)
+        _, interrupted = await asyncio.gather(runner.run(), drive())
+        seen()
+        return frames, context.get_messages(), created, done, interrupted
+
+    def answers(items):
+        return [k for k, i in items.items() if i.role == "assistant"]
+
+    frames, messages, created, done, interrupted = asyncio.run(scenario())
+    # audio both ways: the model heard the frames, pipecat got the answer as 24 kHz TTS audio
+    spoken = [f for f in frames if isinstance(f, TTSAudioRawFrame)]
+    assert spoken and {(f.sample_rate, f.num_channels) for f in spoken} == {(24000, 1)}
+    # turns: the context aggregators wrote each user turn, then the assistant's, the tool exchange in between
+    roles = [m["role"] for m in messages]
+    assert roles[:7] == ["user", "assistant", "user", "assistant", "tool", "user", "assistant"], roles
+    heard = [i.content[0].transcript.strip() for i in done.values() if i.role == "user"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == heard[:roles.count("user")] and all(heard)
+    assert messages[1]["content"] == messages[6]["content"] == WORDS.strip()
+    # the tool: pipecat ran the registered function, its result went into the model's function channel
+    call = messages[3]["tool_calls"][0]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"]), asked) == \
+        ("lookup", {"q": "tides"}, ["tides"])
+    assert messages[4]["tool_call_id"] == call["id"] and json.loads(messages[4]["content"]) == RESULT
+    assert injected(agent_model, messages[4]["content"])
+    # the interruption: the last response cancelled, its message truncated to what pipecat had played of it
+    last = answers(created)[-1]
+    assert done[last].status == interrupted.status == "incomplete" and interrupted.id == last
+    assert done[last].content[0].transcript.startswith(interrupted.content[0].transcript)
+    assert (WORDS * 200).startswith(done[last].content[0].transcript)

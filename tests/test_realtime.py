@@ -828,7 +828,7 @@ class Scripted:
             if head.session is None or t < head.session.prompt_frames:
                 return None, None  # the prompt
             return (self.text_id(t - head.session.prompt_frames) if texts else None,
-                    head.function_id() if self.calls or not texts else None)
+                    head.function_id() if head.session.tool_channel is not None else None)
 
         head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script, group=group)
         self.made.append(head.session)
