@@ -265,20 +265,95 @@ def test_pipecat_realtime_service_turns_tool_and_interruption(agent_server, agen
     # audio both ways: the model heard the frames, pipecat got the answer as 24 kHz TTS audio
     spoken = [f for f in frames if isinstance(f, TTSAudioRawFrame)]
     assert spoken and {(f.sample_rate, f.num_channels) for f in spoken} == {(24000, 1)}
-    # turns: the context aggregators wrote each user turn, then the assistant's, the tool exchange in between
-    roles = [m["role"] for m in messages]
-    assert roles[:7] == ["user", "assistant", "user", "assistant", "tool", "user", "assistant"], roles
+    # turns: the context aggregators wrote the user's turns and the assistant's, each side in order (pipecat may
+    # write a user turn after the answer that began meanwhile: its transcript comes upstream, the answer downstream)
+    users = [m["content"] for m in messages if m["role"] == "user"]
     heard = [i.content[0].transcript.strip() for i in done.values() if i.role == "user"]
-    assert [m["content"] for m in messages if m["role"] == "user"] == heard[:roles.count("user")] and all(heard)
-    assert messages[1]["content"] == messages[6]["content"] == WORDS.strip()
+    assert users == heard[:len(users)] and len(users) >= TURNS and all(heard)
+    answered = [m for m in messages if m["role"] == "assistant"]
+    assert answered[0]["content"] == answered[2]["content"] == WORDS.strip()
     # the tool: pipecat ran the registered function, its result went into the model's function channel
-    call = messages[3]["tool_calls"][0]
+    call = answered[1]["tool_calls"][0]
     assert (call["function"]["name"], json.loads(call["function"]["arguments"]), asked) == \
         ("lookup", {"q": "tides"}, ["tides"])
-    assert messages[4]["tool_call_id"] == call["id"] and json.loads(messages[4]["content"]) == RESULT
-    assert injected(agent_model, messages[4]["content"])
+    result = next(m for m in messages if m["role"] == "tool")
+    assert messages.index(result) > messages.index(answered[1])
+    assert result["tool_call_id"] == call["id"] and json.loads(result["content"]) == RESULT
+    assert injected(agent_model, result["content"])
     # the interruption: the last response cancelled, its message truncated to what pipecat had played of it
     last = answers(created)[-1]
     assert done[last].status == interrupted.status == "incomplete" and interrupted.id == last
     assert done[last].content[0].transcript.startswith(interrupted.content[0].transcript)
     assert (WORDS * 200).startswith(done[last].content[0].transcript)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# OpenAI Agents SDK
+# ---------------------------------------------------------------------------------------------------------------
+def test_openai_agents_realtime_runner_turns_tool_and_interruption(agent_server, agent_model):
+    """A RealtimeAgent with a function tool through the Agents SDK's RealtimeRunner: its history fills turn by turn,
+    the SDK runs the tool and sends the result into the model's function channel, ``interrupt()`` cancels the turn
+    still speaking, and no ``error`` event comes (the SDK checks every server event against OpenAI's own types: the
+    server's voicechat.* events are off unless asked for)."""
+    from agents import function_tool
+    from agents.realtime import RealtimeAgent, RealtimeRunner
+
+    asked = []
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Looks something up."""
+        asked.append(q)
+        return json.dumps(RESULT)
+
+    async def scenario():
+        agent = RealtimeAgent(name="voicechat", instructions=PROMPT, tools=[lookup])
+        url = agent_server.replace("http", "ws") + "/realtime?model=voicechat"
+        session = await RealtimeRunner(agent).run(model_config={"url": url, "api_key": "x"})
+        events, raw = [], []
+        async with session:
+            samples = noise(AUDIO_SECONDS)
+            for i in range(0, len(samples), 2400):
+                await session.send_audio(samples[i:i + 2400].tobytes())
+
+            async def until(check, what):
+                async def read():
+                    async for event in session:
+                        events.append(event)
+                        if event.type == "raw_model_event" and event.data.type == "raw_server_event":
+                            raw.append(event.data.data)
+                        if check():
+                            return
+                await asyncio.wait_for(read(), TIMEOUT)
+
+            created = lambda: [e for e in raw if e["type"] == "response.created"]  # noqa: E731
+            await until(lambda: len(created()) == TURNS + 1 and any(
+                e["type"] == "response.output_audio.delta" and e["response_id"] == created()[-1]["response"]["id"]
+                for e in raw), "the last turn")
+            await session.interrupt()
+            await until(lambda: any(e["type"] == "response.done" and e["response"]["status"] == "cancelled"
+                                     for e in raw), "the cancel")
+        return events, raw
+
+    events, raw = asyncio.run(scenario())
+    kinds = [e.type for e in events]
+    assert "error" not in kinds, [e for e in events if e.type == "error"]
+    assert not [e for e in raw if e["type"] == "error" or e["type"].startswith("voicechat.")]
+    assert "audio" in kinds and "tool_start" in kinds and "tool_end" in kinds
+    ended = next(e for e in events if e.type == "tool_end")
+    assert (ended.tool.name, json.loads(ended.output), asked) == ("lookup", RESULT, ["tides"])
+    assert injected(agent_model, ended.output)
+    # turns: the SDK's history holds each user turn, then the assistant's, the tool call in between
+    history = next(e for e in reversed(events) if e.type == "history_updated").history
+    roles = [getattr(i, "role", None) or i.type for i in history]
+    assert roles[:7] == ["user", "assistant", "user", "assistant", "function_call", "user", "assistant"], roles
+    heard = [e["transcript"] for e in raw if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert [i.content[0].transcript for i in history if getattr(i, "role", None) == "user"][:len(heard)] == heard
+    assert all(heard)
+    said = [e["transcript"] for e in raw if e["type"] == "response.output_audio_transcript.done"]
+    assert said[:3] == [WORDS, "", WORDS] and history[1].content[0].transcript == WORDS
+    # the interruption: the turn still speaking was truncated where the SDK's playback stood, then cancelled
+    done = [e["response"] for e in raw if e["type"] == "response.done"]
+    assert [d["status"] for d in done] == ["completed"] * TURNS + ["cancelled"]
+    truncated = next(e for e in raw if e["type"] == "conversation.item.truncated")
+    assert truncated["item_id"] == done[-1]["output"][0]["id"]

@@ -271,7 +271,8 @@ class RealtimeConversation:
     def truncate(self, item_id, content_index, audio_end_ms) -> list[dict]:
         """conversation.item.truncate: the client played an assistant message only up to ``audio_end_ms`` (a barge-in).
         Its transcript keeps the words of the frames whose audio began before that, so the record holds only what was
-        heard; a response still speaking is cancelled first. The model heard its own speech whole, as it spoke it."""
+        heard. A response still speaking goes on (clients cancel it with response.cancel, before or after); the model
+        heard its own speech whole, as it spoke it."""
         item = self.item(item_id)
         if item_id not in self.spoken:
             raise ClientEventError("invalid_value", f"item {item_id} is not an assistant message", "item_id")
@@ -286,12 +287,11 @@ class RealtimeConversation:
         if audio_end_ms > sent:
             raise ClientEventError("invalid_value", f"audio_end_ms {audio_end_ms} is past the {sent:.0f} ms of audio "
                                                     f"item {item_id} has", "audio_end_ms")
-        out = self.cancel(None) if self.response is not None and self.response.message is item else []
         starts = [0.0] + [end for end, _ in spoken[:-1]]
         heard = [length for start, (_, length) in zip(starts, spoken) if start < audio_end_ms]
         item["content"][0]["transcript"] = item["content"][0]["transcript"][:heard[-1] if heard else 0]
         del spoken[len(heard):]
-        return out + [{"type": "conversation.item.truncated", "item_id": item_id, "content_index": 0,
+        return [{"type": "conversation.item.truncated", "item_id": item_id, "content_index": 0,
                        "audio_end_ms": audio_end_ms}]
 
     def cancel(self, response_id: Optional[str]) -> list[dict]:
