@@ -533,6 +533,35 @@ def test_api_key_is_required_when_set(keyed_server):
     run(accepted_with_browser_subprotocol())
 
 
+def test_models_lists_the_model_under_the_api_key(server, keyed_server):
+    """``GET /v1/models`` as OpenAI's SDK reads it: the one model served; a keyed server wants the key (401)."""
+    async def scenario():
+        assert [(m.id, m.object) for m in (await client(server).models.list()).data] == [(MODEL, "model")]
+        assert [m.id for m in (await client(keyed_server, "sesame").models.list()).data] == [MODEL]
+        with pytest.raises(openai.AuthenticationError):
+            await client(keyed_server, "wrong").models.list()
+    run(scenario())
+
+
+def test_realtime_without_v1_answers_as_v1_realtime(server, keyed_server):
+    """``/realtime`` (NVIDIA's NIM serves it for Pipecat) is the same endpoint: a GA session, the same errors, the
+    same API key."""
+    from websockets.asyncio.client import connect
+
+    async def scenario():
+        server.wait_idle()
+        async with connect(server.ws_url.replace("/v1/realtime", "/realtime")) as ws:
+            assert json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["type"] == "session.created"
+            await ws.send("{oops")
+            error = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            assert (error["type"], error["error"]["code"]) == ("error", "invalid_json")
+        with pytest.raises(InvalidStatus) as e:
+            async with connect(keyed_server.ws_url.replace("/v1/realtime", "/realtime")):
+                pass
+        assert e.value.response.status_code == 403
+    run(scenario())
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # a conversation through the SDK, compared with the same session run here
 # ---------------------------------------------------------------------------------------------------------------
@@ -992,7 +1021,7 @@ def test_sdk_tool_call_round_trip(scripted_server, tiny_model):
     events, call, after = run(scenario())
     kinds = types(events)
     assert (call["name"], json.loads(call["arguments"])) == ("lookup", {"q": "tides"})
-    assert call["call_id"].startswith("call_")
+    assert call["call_id"].startswith("call_") and len(call["call_id"]) <= 32  # OpenAI's cap (LiveKit enforces it)
     response_id = call["response_id"]
     assert kinds.index("response.created") < kinds.index("response.function_call_arguments.done")
     added = next(e for e in events if e["type"] == "response.output_item.added"
