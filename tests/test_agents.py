@@ -13,11 +13,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from test_realtime import (CALL, PROMPT, Scripted, serve_here,  # noqa: F401 (tiny_model: a fixture)
+from test_realtime import (CALL, PROMPT, Scripted, Server, serve_here,  # noqa: F401 (tiny_model: a fixture)
                            tiny_model)
 
 BOS, EOS, PAD = 1, 2, 12
@@ -28,6 +33,10 @@ WORDS = " Hello there"
 RESULT = {"high": "6am"}
 AUDIO_SECONDS = 16.0  # past the last turn's start, the tool exchange's positions included
 TIMEOUT = 60.0
+DOCS = (Path(__file__).parent.parent / "docs" / "realtime.md").read_text()
+DOCS_SERVER = "127.0.0.1:8000"  # the snippets' server: the test's takes its place
+SNIPPETS = {name: block for block in re.findall(r"```python\n(.*?)```", DOCS, re.S) if DOCS_SERVER in block
+            for name in ("livekit", "pipecat", "agents") if f"from {name}" in block}
 
 
 def turns(words: list[int]):
@@ -357,3 +366,24 @@ def test_openai_agents_realtime_runner_turns_tool_and_interruption(agent_server,
     assert [d["status"] for d in done] == ["completed"] * TURNS + ["cancelled"]
     truncated = next(e for e in raw if e["type"] == "conversation.item.truncated")
     assert truncated["item_id"] == done[-1]["output"][0]["id"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the snippets of docs/realtime.md "Clients"
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("serve"), "--max-sessions", "1") as s:
+        yield s
+
+
+@pytest.mark.parametrize("name", ["livekit", "pipecat", "agents"])
+def test_docs_snippet_runs_as_written_against_serve(name, demo_server, tmp_path):
+    """Each framework's snippet, as a reader copies it, talks with ``serve --demo`` until the model speaks."""
+    demo_server.wait_idle()
+    script = tmp_path / "client.py"
+    script.write_text(SNIPPETS[name].replace(DOCS_SERVER, demo_server.ws_url.split("/")[2]))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": ""})
+    assert p.returncode == 0 and "the model speaks:" in p.stdout, f"{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    demo_server.wait_idle()  # the snippet's connection let go of the model
