@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import soxr
 
-from test_realtime import (PROMPT, WAV, Server, close, open_session, receive, receive_until, run,  # noqa: F401
-                           session_frames, tiny_model)
+from test_realtime import (PROMPT, WAV, Server, answer_pieces, close, open_session,  # noqa: F401 (a fixture)
+                           read_until_frame, receive_until, run, session_frames, tiny_model)
 from voicechat.realtime.g711 import LAWS
 
 CODECS = {"audio/pcmu": "pcm_mulaw", "audio/pcma": "pcm_alaw"}  # FFmpeg's G.711 codecs
@@ -84,9 +84,7 @@ def test_sdk_session_in_g711_hears_and_speaks_8_khz(server, tiny_model, fmt):
             assert events[-1]["session"]["audio"]["output"]["format"] == {"type": fmt}
             for chunk in chunks:
                 await conn.input_audio_buffer.append(audio=base64.b64encode(chunk).decode())
-            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == expected[-1].position):
-                events.append(await receive(conn))
-            return events
+            return await read_until_frame(conn, events, expected[-1].position)
         finally:
             await close(conn)
 
@@ -96,8 +94,7 @@ def test_sdk_session_in_g711_hears_and_speaks_8_khz(server, tiny_model, fmt):
     assert all(f["codes"] == e.codes.tolist() for f, e in zip(frames, expected))
     created = [e["response"] for e in events if e["type"] == "response.created"]
     assert created and all(r["audio"]["output"]["format"] == {"type": fmt} for r in created)
-    pieces = [e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"] for e in events
-              if e["type"] == "response.output_audio.delta" or (e["type"] == "voicechat.frame" and e["audio"])]
+    pieces = answer_pieces(events)
     assert len(pieces) == len(expected)
     got = b"".join(base64.b64decode(p) for p in pieces)  # one byte per sample
     whole = soxr.resample(np.concatenate([f.audio for f in expected]), 22050, 8000)

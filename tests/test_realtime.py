@@ -598,6 +598,20 @@ def decoded(events, kind: str, field: str = "delta") -> list:
     return [e[field] for e in events if e["type"] == kind]
 
 
+async def read_until_frame(conn, events: list, position: int) -> list:
+    """``events`` and those after them, up to the ``voicechat.frame`` of timeline ``position``."""
+    while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == position):
+        events.append(await receive(conn))
+    return events
+
+
+def answer_pieces(events) -> list[str]:
+    """The whole answer's audio, one base64 piece per frame in order: a response's audio deltas, and between turns
+    the audio of ``voicechat.frame``."""
+    return [e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"] for e in events
+            if e["type"] == "response.output_audio.delta" or (e["type"] == "voicechat.frame" and e["audio"])]
+
+
 def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model):
     """Stream a WAV as a GA client does; the ids, codes, texts and audio that come back are the session's for the
     same audio, and the resampling to 24 kHz and back is all the transport changes."""
@@ -617,9 +631,7 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
             for chunk in chunks:
                 await conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
             await conn.input_audio_buffer.commit()
-            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == expected[-1].position):
-                events.append(await receive(conn))
-            return events
+            return await read_until_frame(conn, events, expected[-1].position)
         finally:
             await close(conn)
 
@@ -645,8 +657,7 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
     first_audio = kinds.index("response.output_audio.delta")
     assert kinds.index("response.created") < first_audio
     # the audio: one piece per frame, in order, equal to the session's answer resampled to 24 kHz at once
-    pieces = [e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"] for e in events
-              if e["type"] == "response.output_audio.delta" or (e["type"] == "voicechat.frame" and e["audio"])]
+    pieces = answer_pieces(events)
     assert len(pieces) == len(expected)
     got = np.frombuffer(b"".join(base64.b64decode(p) for p in pieces), "<i2")
     whole = soxr.resample(np.concatenate([f.audio for f in expected]), 22050, 24000)
