@@ -313,9 +313,9 @@ class RealtimeConversation:
 
 def frame_event(frame, backlog_seconds: float, response_id: Optional[str], audio: Optional[str]) -> dict:
     """``voicechat.frame``: everything the model produced at one timeline position, for exactness checks and
-    live displays. OpenAI clients skip unknown event types (the SDK parses with construct_type_unchecked,
-    docs/live.md §3; LiveKit only logs them in debug mode). ``audio`` (24 kHz PCM16) only for frames outside a
-    response: a response's audio is in its response.output_audio.delta."""
+    live displays, to clients that ask for it (``?voicechat_frames=1``: the OpenAI Agents SDK reports an error for
+    any event type OpenAI does not define, docs/realtime.md "Clients"). ``audio`` (in the session's output format)
+    only for frames outside a response: a response's audio is in its response.output_audio.delta."""
     return {"type": "voicechat.frame", "position": frame.position, "response_id": response_id,
             "text_id": int(frame.text_id), "function_id": int(frame.function_id),
             "codes": np.asarray(frame.codes).tolist(), "text": frame.text, "function_text": frame.function_text,
