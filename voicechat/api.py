@@ -25,7 +25,7 @@ from .audio import prepare_input, read_audio, resample
 from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
-from .limits import check_timeline, checked_prompt, run_positions
+from .limits import check_prompt_chars, check_timeline, checked_prompt, run_positions
 from .model import VoiceChatModel, load_parts, speaker_reference_path
 from .result import FrameUpdate, Result
 from .group import SessionGroup, row_counts
@@ -281,6 +281,7 @@ class Model:
 
     def prompt_length(self, system_prompt: str) -> int:
         """A system prompt's timeline positions: [bos] + its tokens + [eos] (docs/model.md §1.2 C); none without one."""
+        check_prompt_chars(system_prompt)
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:

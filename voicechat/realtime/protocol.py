@@ -50,8 +50,24 @@ class ClientEventError(Exception):
     """A client event this server rejects: it becomes one GA ``error`` event and the connection goes on."""
 
     def __init__(self, code: str, message: str, param: Optional[str] = None, kind: str = "invalid_request_error"):
+        message, param = bounded(message), param and bounded(param)  # docs/limits.md §2: it may quote the client
         super().__init__(message)
         self.code, self.message, self.param, self.kind = code, message, param, kind
+
+
+QUOTE_CHARS = 64  # what an error message quotes of a client's value
+MAX_ERROR_CHARS = 1024  # an error event's message (and param), and the log line that says it
+
+
+def quoted(value: Any) -> str:
+    """``repr`` of a client's value, cut to QUOTE_CHARS with its length said: an error never echoes megabytes."""
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}... ({len(text)} characters)"
+
+
+def bounded(text: str) -> str:
+    """At most MAX_ERROR_CHARS of ``text``: the last guard, whatever an error quotes."""
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
 def error_event(error: ClientEventError, event_id: Optional[str] = None) -> dict:
@@ -122,7 +138,7 @@ def event_kind(event: dict) -> str:
     if kind in UNSUPPORTED:
         raise ClientEventError("unsupported_event", f"{kind} is not supported: {UNSUPPORTED[kind]}", "type")
     if kind not in HANDLED:
-        raise ClientEventError("invalid_value", f"unknown event type {kind!r}; this server accepts "
+        raise ClientEventError("invalid_value", f"unknown event type {quoted(kind)}; this server accepts "
                                                 + ", ".join(HANDLED), "type")
     return kind
 
