@@ -320,8 +320,12 @@ class Talk:
         return self.cluster.replica_of(self.session_id)
 
     async def stream(self, chunks) -> None:
+        """At most 1.5 s ahead of real time: a replica refuses audio more than 2 s ahead (docs/limits.md §2)."""
+        start, sent = time.monotonic(), 0.0
         for chunk in chunks:
+            await asyncio.sleep(max(0.0, start + sent - 1.5 - time.monotonic()))
             await self.conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
+            sent += len(chunk) / realtime.RATE
 
     async def frames_until(self, position: int) -> None:
         while not self.frames or self.frames[-1][0] < position:

@@ -90,16 +90,22 @@ def check_declaration(value: Any, param: str, budget: int) -> int:
 
 
 class Pace:
-    """How far ahead of real time a client's audio runs: each append adds its seconds, real time drains them (never
-    below none: silence banks nothing); an append that would pass ``limit`` is refused whole (0: no limit)."""
+    """How far a client's audio runs ahead: of real time (each append adds its seconds, real time drains them, never
+    below none: silence banks nothing), and of what the model has heard (its backlog at its last frames, and the
+    appends since). An append that would put both past ``limit`` is refused whole (0: no limit)."""
 
     def __init__(self, limit: float):
-        self.limit, self.ahead, self.last = limit, 0.0, None
+        self.limit, self.ahead, self.last, self.unheard = limit, 0.0, None, 0.0
 
     def admit(self, seconds: float, now: float) -> None:
         ahead = max(0.0, self.ahead - (now - self.last)) if self.last is not None else 0.0
-        if self.limit and ahead + seconds > self.limit:
+        if self.limit and min(ahead, self.unheard) + seconds > self.limit:
             raise ClientEventError("audio_ahead_of_time", f"this append of {seconds:.2f} s would put the audio "
-                                                          f"{ahead + seconds:.2f} s ahead of real time; the limit is "
-                                                          f"{self.limit:g} s: send audio as it is recorded", "audio")
-        self.ahead, self.last = ahead + seconds, now
+                                                          f"{min(ahead, self.unheard) + seconds:.2f} s ahead of real "
+                                                          f"time and of the model; the limit is {self.limit:g} s: "
+                                                          "send audio as it is recorded", "audio")
+        self.ahead, self.last, self.unheard = ahead + seconds, now, self.unheard + seconds
+
+    def heard(self, backlog: float) -> None:
+        """A frames event: the model has ``backlog`` seconds of the client's audio still to hear."""
+        self.unheard = backlog

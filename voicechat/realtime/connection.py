@@ -312,6 +312,7 @@ class Connection:
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)
                 self.model_behind(event.backlog_seconds > 0)
+                self.pace.heard(event.backlog_seconds)
             elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
                 if self.live is live:
                     self.live, self.follower, self.setup_error = None, None, event.message
