@@ -154,7 +154,7 @@ def test_peer_harness_runs_voicechat_as_an_engine(tmp_path):
     """The harness's own driver (bench_peers.py) runs our adapter as a worker on the tiny model and tabulates it."""
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "nemo_model").symlink_to(NEMO / "tiny_model")
-    run("-m", "voicechat.benchmarks.peers", "--engines-json", tmp_path / "engines.json")
+    run("-m", "bench.peers", "--engines-json", tmp_path / "engines.json")
     run(PEER_HARNESS / "bench_peers.py", "--engines-json", tmp_path / "engines.json", "--root", tmp_path,
         "--ckpts", "tiny", "--engines", "voicechat", "--modes", "cache", "--runs", 1, "--json", tmp_path / "r.json")
     [row] = json.loads((tmp_path / "r.json").read_text())
@@ -176,7 +176,7 @@ def test_the_wheel_carries_no_lab_code(tmp_path):
     package = [n for n in names if ".dist-info/" not in n]
     assert all(n.startswith("voicechat/") for n in package), [n for n in package if not n.startswith("voicechat/")]
     assert sorted(Path(n).name for n in package if n.startswith("voicechat/benchmarks/")) == [
-        "__init__.py", "frame.py", "peers.py", "sessions.py", "workload.py"]
+        "__init__.py", "frame.py", "sessions.py", "workload.py"]
     assert not [n for n in package if n.endswith((".sh", ".log", ".json", ".txt"))]
 
 
