@@ -18,8 +18,8 @@ from ..limits import SettingError
 from ..tools.channel import check_result
 from .bounds import MAX_EVENT_ID_CHARS, Pace, audio_seconds, check_message, check_size, check_tools
 from .conversation import RealtimeConversation
-from .protocol import (RATE, SESSION_PARAMS, ClientEventError, SessionConfig, decode_audio, error_event, event_kind,
-                       event_text, expect, new_id, parse_client_event, voice_json)
+from .protocol import (RATE, SESSION_PARAMS, ClientEventError, SessionConfig, bounded, decode_audio, error_event,
+                       event_kind, event_text, expect, new_id, parse_client_event, voice_json)
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
@@ -161,6 +161,8 @@ class Connection:
                 self.reject(ClientEventError("invalid_json", "binary messages are not events: send JSON text"), None)
                 continue
             await self.handle(message["text"])
+            await asyncio.sleep(0)  # the other connections' turn between two messages: a queue of them cannot hold
+            # the event loop for their sum (docs/limits.md §2)
 
     async def handle(self, text: str) -> None:
         event_id = None
@@ -173,7 +175,7 @@ class Connection:
         except ClientEventError as e:
             self.reject(e, event_id)
         except Exception as e:  # a bug: report it, keep the connection
-            log.error("%s: internal error\n%s", self.name, traceback.format_exc())
+            log.error("%s: internal error\n%s", self.name, bug_lines(e))
             self.reject(ClientEventError("internal_error", f"internal error: {type(e).__name__}: {e}",
                                          kind="server_error"), event_id)
 
@@ -336,6 +338,12 @@ class Connection:
         except asyncio.TimeoutError:
             log.error("%s: the engine did not close the live session within %.0f s", self.name, LIVE_CLOSE_SECONDS)
         self.server.notify("closed", self.session_id, live)
+
+
+def bug_lines(e: Exception) -> str:
+    """A bug's traceback for the log: the server's frames, and its message (which may quote the client's input)
+    bounded as an error event's is (docs/limits.md §2)."""
+    return "".join(traceback.format_tb(e.__traceback__)) + bounded(f"{type(e).__name__}: {e}")
 
 
 def output_fits(output) -> None:
