@@ -25,6 +25,7 @@ from .audio import read_audio, resample
 from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
+from .limits import check_prompt_chars
 from .network import VoiceChatModel, load_parts, speaker_reference_path
 from .result import Result
 from .timeline.admission import row_counts
@@ -248,6 +249,7 @@ class Model:
 
     def prompt_length(self, system_prompt: str) -> int:
         """A system prompt's timeline positions: [bos] + its tokens + [eos] (docs/model.md §1.2 C); none without one."""
+        check_prompt_chars(system_prompt)
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:
