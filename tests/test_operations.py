@@ -208,8 +208,8 @@ def test_sigterm_drains_the_apps_live_conversation_too(tmp_path):
 
 def test_a_conversation_falling_behind_is_told_so_and_told_when_it_has_caught_up(tmp_path):
     """Three seconds of audio at once: the model is behind the client by more than half the Talk live tab's bound
-    until it has heard them (docs/app.md)."""
-    with Server(tmp_path, "--max-sessions", "1") as server:
+    until it has heard them (docs/app.md); no bound on audio ahead of real time (docs/limits.md §2) refuses them."""
+    with Server(tmp_path, "--max-sessions", "1", "--max-ahead-seconds", "0") as server:
         async def scenario():
             manager, conn = await talking(server)
             await conn.input_audio_buffer.append(audio=base64.b64encode(
