@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .audio import check_recording, duration_words, read_audio, resample, wav_bytes
+from .audio import duration_words, read_recording, resample, wav_bytes
 from .config import FRAME_SECONDS, GenerationConfig
 from .errors import TestSetError, VoiceChatError
 from .files import TEMPORARY, write_atomically
@@ -330,9 +330,7 @@ def item_generation(item: Item, settings: RunSettings) -> GenerationConfig:
 
 def read_item(item: Item, gen: GenerationConfig) -> tuple[np.ndarray, int]:
     """The item's samples and rate, checked as generate checks them (AudioInputError, one line)."""
-    samples, rate = read_audio(item.audio)
-    check_recording(samples, rate, max_seconds=gen.max_input_seconds, name=item.audio.name)
-    return samples, rate
+    return read_recording(item.audio, gen.max_input_seconds)
 
 
 def answer_files(model, item: Item, settings: RunSettings, samples: np.ndarray, rate: int, gen: GenerationConfig,

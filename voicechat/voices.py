@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from .audio import check_recording, read_audio, resample, to_float32
-from .config import GenerationConfig
+from .config import MAX_INPUT_SECONDS, GenerationConfig
 from .errors import AudioInputError, VoiceChatError
 from .tts.eartts import prompt_samples
 
@@ -186,7 +186,7 @@ class VoiceLibrary:
         checkpoint's ``config``: checked, trimmed and resampled by :func:`audio_prompt`, stored as ``name``."""
         self._check_free(name)
         if isinstance(audio, (str, Path)):
-            samples, sample_rate = read_audio(audio)
+            samples, sample_rate = read_audio(audio, MAX_INPUT_SECONDS)
             source = source or Path(audio).name
         elif sample_rate is None:
             raise AudioInputError("sample_rate is required when the recording is given as samples")
