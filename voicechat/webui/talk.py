@@ -53,6 +53,7 @@ from voicechat.tools.runner import ToolRunner
 from voicechat.voices import PREVIEW_SENTENCE
 
 from . import stream
+from .uploads import upload_name
 from .voices import VoiceActions
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -384,7 +385,7 @@ class TalkLive:
     def store_voice(self, name: str, filename: str, data: bytes):
         """The upload as a file of its own name's kind (the decoders look at its suffix too), made a voice."""
         with tempfile.TemporaryDirectory(dir=self.outputs) as folder:
-            recording = Path(folder) / Path(filename).name
+            recording = Path(folder) / upload_name(filename)
             recording.write_bytes(data)
             return self.voices.add(name, recording, recording.name)
 
