@@ -464,7 +464,7 @@ def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings, se
         outcomes[outcome.id] = outcome
         if outcome.status == "failed":
             say = progress.say if progress is not None else lambda line: print(line, file=sys.stderr)
-            say(f"{outcome.id}: failed: {outcome.reason}")
+            say(f"{one_line(outcome.id)}: failed: {outcome.reason}")
         if progress is not None:
             progress.item_finished(outcome, running)
         write_summary(out, [outcomes[item.id] for item in items if item.id in outcomes], time.perf_counter() - t0)
@@ -509,7 +509,13 @@ def answered(model, run: Running, settings: RunSettings) -> Outcome:
 
 
 def failed(item: Item, e: Exception) -> Outcome:
-    return Outcome(item.id, "failed", reason=str(e).splitlines()[0] if str(e) else type(e).__name__)
+    return Outcome(item.id, "failed", reason=one_line(str(e) or type(e).__name__))
+
+
+def one_line(text: str) -> str:
+    """``text`` whole on one line: a line break or other control character (a file's name may hold one) written as
+    its escape, ``\\n``."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def totals(outcomes: Sequence[Outcome], wall_seconds: float) -> dict:
@@ -533,7 +539,7 @@ def summary_text(outcomes: Sequence[Outcome], wall_seconds: float, out: Path) ->
     """What the command prints at the end."""
     t = totals(outcomes, wall_seconds)
     lines = [f"{t['items']} items: {t['done']} answered, {t['skipped']} already complete, {t['failed']} failed"]
-    lines += [f"  failed {o.id}: {o.reason}" for o in outcomes if o.status == "failed"]
+    lines += [f"  failed {one_line(o.id)}: {o.reason}" for o in outcomes if o.status == "failed"]
     if t["done"]:
         lines.append(f"{t['timeline_seconds_per_wall_second']:.3g} timeline seconds per wall second, "
                      f"{t['items_per_minute']:.3g} items per minute")
