@@ -34,6 +34,7 @@ from voicechat.errors import ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.limits import SettingError, check_range  # noqa: E402
 from voicechat.webui import talk, timeline  # noqa: E402
 from voicechat.webui.record import NVIDIA_PROMPT, RTF_MEANING, RecordAndRun, load_examples  # noqa: E402
+from voicechat.webui.access import KeyGuard  # noqa: E402
 from voicechat.webui.uploads import UPLOADS_CAP_BYTES, FileGuard  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
@@ -223,7 +224,15 @@ def launch(demo: gr.Blocks, outputs: Path, uploads_cap_bytes: int = UPLOADS_CAP_
     guard = Middleware(FileGuard, uploads=uploads_folder(outputs), cap_bytes=uploads_cap_bytes, keep=(EXAMPLES_CACHE,))
     return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
                        js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
-                       app_kwargs={**talk.app_kwargs(demo), "middleware": [guard]}, **kwargs)
+                       app_kwargs={**talk.app_kwargs(demo), "middleware": [*key_guard(demo), guard]}, **kwargs)
+
+
+def key_guard(demo: gr.Blocks) -> list:
+    """With ``--api-key``: the guard before every route of the app (voicechat/webui/access.py), outermost."""
+    from starlette.middleware import Middleware
+
+    realtime = talk.TABS[demo].realtime
+    return [Middleware(KeyGuard, api_key=realtime.api_key, authorized=realtime.authorized)] if realtime.api_key else []
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -309,8 +309,8 @@ def test_the_apps_api_key_guards_adding_and_hearing_voices(guarded):  # noqa: F8
 
     url = guarded[0]
     wav = {"file": ("me.wav", SPEAKER_WAV.read_bytes(), "audio/wav")}
-    assert httpx.post(f"{url}live/voice/add", data={"name": "Me"}, files=wav, timeout=30).status_code == 403
-    assert httpx.post(f"{url}live/voice/hear", json={"name": "Aria"}, timeout=30).status_code == 403
+    assert httpx.post(f"{url}live/voice/add", data={"name": "Me"}, files=wav, timeout=30).status_code == 401
+    assert httpx.post(f"{url}live/voice/hear", json={"name": "Aria"}, timeout=30).status_code == 401
     keyed = httpx.post(f"{url}live/voice/add", data={"name": "../me"}, files=wav, timeout=30,
                        headers={"Authorization": "Bearer sesame"})
     assert keyed.status_code == 400 and keyed.json()["detail"].startswith("'../me' is not a voice name")

@@ -283,7 +283,7 @@ class TalkLive:
         router.mount(STATIC_URL, StaticFiles(directory=STATIC), name="webui")
         return [*router.routes, *stream.ANSWERS.routes()]  # and the record-and-run answers' streams
 
-    def status(self) -> dict:
+    def status(self, request: Request) -> dict:
         model = self.engine.status()
         if model.state == eng.READY and self.speed.speed.state == "unmeasured" and not self.realtime.active:
             self.speed.start()
@@ -292,13 +292,13 @@ class TalkLive:
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
-                "key_required": bool(self.realtime.api_key),
+                "key_required": not self.realtime.authorized(request),  # the tab asks for it (docs/limits.md §3)
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()],
                 "voices": [{"name": v.name, "label": v.describe()} for v in self.voices.library().voices()]}
 
-    def measure(self) -> dict:
+    def measure(self, request: Request) -> dict:
         self.speed.start()
-        return self.status()
+        return self.status(request)
 
     async def run_tool(self, request: Request, name: str = Body(), arguments: str = Body()) -> dict:
         """One call of a built-in tool, as the model wrote it (``arguments``: its JSON text) -> ``{"output": the JSON
