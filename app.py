@@ -285,8 +285,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
     p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
-                   help="the Talk live tab's Realtime API (/v1/realtime) and tool route need this key, as "
-                        "`voicechat serve --api-key` (default: $VOICECHAT_API_KEY); the tab asks for it")
+                   help="every route of the app needs this key: the page asks for it once, scripts send "
+                        "Authorization: Bearer KEY (default: $VOICECHAT_API_KEY; docs/limits.md §3)")
     cap_mb = UPLOADS_CAP_BYTES / 2 ** 20
     p.add_argument("--max-uploads-mb", type=float, default=cap_mb,
                    help=f"the uploads kept at most, in MiB; the oldest go first (default {cap_mb:g})")
@@ -314,7 +314,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print(f"Model: {name} (downloaded on first use into the Hugging Face cache; progress is shown below "
               "and in the app).")
     if args.share and not args.api_key:
-        print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
+        print("--share without --api-key: anyone with the link can use the app, its voices and its Realtime API.")
     engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions,
                         max_recordings=args.max_recordings).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)

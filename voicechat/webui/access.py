@@ -74,8 +74,8 @@ class KeyGuard:
             return await self.app(scope, receive, send)
         if scope["method"] == "GET" and "text/html" in connection.headers.get("accept", ""):
             path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope["query_string"] else "")
-            return await refuse(send, 401, key_page("This app needs its API key.", local_path(path)), "text/html")
-        return await refuse(send, 401, json.dumps({"detail": REFUSED}).encode(), "application/json")
+            return await refuse(send, key_page("This app needs its API key.", local_path(path)), "text/html")
+        return await refuse(send, json.dumps({"detail": REFUSED}).encode(), "application/json")
 
     def with_key(self, scope) -> dict:
         """The request as if it had come with ``Authorization: Bearer KEY``."""
@@ -88,7 +88,7 @@ class KeyGuard:
         fields = parse_qs(body.decode("utf-8", "replace")) if body is not None else {}
         back = local_path(fields.get("next", ["/"])[0])
         if not hmac.compare_digest(fields.get("key", [""])[0].encode(), self.api_key.encode()):
-            return await refuse(send, 401, key_page("That is not the app's API key.", back), "text/html")
+            return await refuse(send, key_page("That is not the app's API key.", back), "text/html")
         cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
         await send({"type": "http.response.start", "status": 303,
                     "headers": [(b"location", back.encode()), (b"set-cookie", cookie.encode()),
@@ -108,10 +108,10 @@ async def read_body(receive, limit: int):
             return body
 
 
-async def refuse(send, status: int, body: bytes, kind: str) -> None:
+async def refuse(send, body: bytes, kind: str) -> None:
     """A refusal: 401 with the scheme the key goes in (Gradio's own check of its launch takes 401 as "the app is
     up")."""
-    await send({"type": "http.response.start", "status": status,
+    await send({"type": "http.response.start", "status": 401,
                 "headers": [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode()),
                             (b"www-authenticate", b'Bearer realm="voicechat"')]})
     await send({"type": "http.response.body", "body": body})
