@@ -6,7 +6,7 @@ A request passes with ``Authorization: Bearer KEY`` (scripts, ``gradio_client.Cl
 WebSocket subprotocol ``openai-insecure-api-key.KEY`` (the Realtime server's rule), or the cookie a browser gets from
 the key form that every refused page shows. The cookie stands for the key: the guard passes such a request on with
 ``Authorization: Bearer KEY``, so the Talk live tab's own checks (the Realtime server's) see the key too. Anything
-else (but ``PUBLIC``) gets 401 (a WebSocket: 403) and reaches nothing of the app.
+else (but the key form's post and ``LAUNCH_CALL``) gets 401 (a WebSocket: 403) and reaches nothing of the app.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from urllib.parse import parse_qs
 from starlette.requests import HTTPConnection
 
 KEY_FORM_PATH = "/voicechat-key"  # the key form posts here
-# What passes without the key: the key form, and Gradio's own call at launch (it runs the start-up events once,
-# answers true or false, and launch fails without it)
-PUBLIC = {("POST", KEY_FORM_PATH), ("GET", "/gradio_api/startup-events")}
+# Gradio's own call at launch passes without the key: it runs the start-up events once and answers true or false,
+# and launch fails without it
+LAUNCH_CALL = ("GET", "/gradio_api/startup-events")
 COOKIE = "voicechat-key"
 MAX_FORM_BYTES = 4096  # the key form's body at most
 REFUSED = "this app needs its API key: send Authorization: Bearer KEY"
@@ -70,7 +70,7 @@ class KeyGuard:
             return await send({"type": "websocket.close", "code": 1008})
         if scope["path"] == KEY_FORM_PATH and scope["method"] == "POST":
             return await self.key_form(receive, send)
-        if (scope["method"], scope["path"]) in PUBLIC:
+        if (scope["method"], scope["path"]) == LAUNCH_CALL:
             return await self.app(scope, receive, send)
         if scope["method"] == "GET" and "text/html" in connection.headers.get("accept", ""):
             path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope["query_string"] else "")
