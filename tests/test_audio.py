@@ -198,7 +198,7 @@ def test_duration_words():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# a long recording is refused before it is decoded (issue 41 §1, docs/limits.md §3)
+# a long recording is refused before it is decoded (issue 41 §1, docs/limits.md §1)
 # ----------------------------------------------------------------------------------------------------------------
 def silent_flac(path: Path, seconds: int, say_length: bool = True, rate: int = 16000) -> Path:
     """``seconds`` of silence as a 16-bit FLAC (2 h: about 350 KB), written a minute at a time; without

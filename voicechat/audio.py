@@ -52,7 +52,7 @@ class Decoder:
 def read_audio(path: Union[str, Path], max_seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
     """Decode a file to (mono float32 samples, sample rate). With ``max_seconds``, a longer recording is refused by
     its header's length before any sample is decoded, and, where the header gives none or a wrong one, once the
-    decoding passes the bound (docs/limits.md §3: a small file can hold hours of silence)."""
+    decoding passes the bound (docs/limits.md §1: a small file can hold hours of silence)."""
     path = Path(path)
     if path.is_dir():
         raise AudioInputError(f"{path.name} is a folder, not an audio file")
