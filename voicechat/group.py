@@ -26,14 +26,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from . import compute
 import mlx.core as mx
 
-from .cache import capacity_for
+from .cache import BLOCK, blocks_for
 from .errors import ConfigError, SessionsFull
 from .limits import TIMELINE_LIMIT
 from .model import prompt_frames
@@ -105,21 +105,25 @@ def sample_text_tokens(logits: mx.array, best: mx.array, seen: mx.array, special
     return mx.where(keep, best, drawn)
 
 
-def state_bytes(cfg, rows: int, positions: int, itemsize: int) -> int:
-    """The group's device state for ``rows`` conversations once the longest holds ``positions`` timeline positions
-    (every row's attention buffers have the longest row's capacity, voicechat/cache.py): the LLM's key/value caches
-    and Mamba states, the TTS backbone's caches (two CFG rows each, after its warm-up's positions), the seen ids.
-    ``itemsize``: bytes of the speech dtype. The streaming encoders' and the codec's states (a fixed size per row,
-    small) are not counted."""
+def state_bytes(cfg, positions: Sequence[int], itemsize: int, rows: Optional[int] = None) -> int:
+    """The device state of conversations at ``positions`` timeline positions each, in a group of ``rows`` rows (at
+    least one per conversation; docs/batching.md §4): per conversation its own attention blocks (the LLM's, and the
+    TTS backbone's for its two CFG rows after its warm-up's positions: voicechat.cache.blocks_for), per row the
+    Mamba conv and SSM states and the seen ids. ``itemsize``: bytes of the speech dtype. The streaming encoders' and
+    the codec's states (a fixed size per row, small) are not counted."""
     llm, tts = cfg.llm, cfg.tts.backbone
-    attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(positions) * llm.head_dim
     mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
                                       + llm.mamba_num_heads * llm.mamba_head_dim * llm.ssm_state_size * 4)
-    tts_positions = positions + prompt_frames(cfg)  # the warm-up's positions come first
-    window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
-    backbone = sum(2 * 2 * tts.num_key_value_heads * capacity_for(tts_positions, window(kind)) * tts.head_dim
-                   for kind in tts.layer_types)
-    return rows * ((attention + backbone) * itemsize + mamba + llm.vocab_size)
+    block = 2 * BLOCK * itemsize  # keys and values of BLOCK slots, per head and head dimension
+
+    def attention(p: int) -> int:
+        window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
+        backbone = sum(2 * blocks_for(p + prompt_frames(cfg), window(kind)) for kind in tts.layer_types)  # warm-up
+        return block * (llm.pattern.count("*") * blocks_for(p) * llm.num_key_value_heads * llm.head_dim
+                        + backbone * tts.num_key_value_heads * tts.head_dim)
+
+    rows = len(positions) if rows is None else rows
+    return sum(attention(p) for p in positions) + rows * (mamba + llm.vocab_size)
 
 
 def free_memory() -> int:
@@ -136,15 +140,25 @@ def free_memory() -> int:
     return min(available, max(0, mx.get_memory_limit() - in_use))
 
 
-def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS) -> int:
-    """How many conversations a server takes by default: as many as fit (their state at the timeline limit in
-    MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
+def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS, max_positions: int = TIMELINE_LIMIT) -> int:
+    """How many conversations a server takes by default: as many as fit (their state at ``max_positions``, the cap,
+    in MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
     budget = MEMORY_SHARE * free_memory()
     itemsize = compute.speech_dtype().size
     n = 1
-    while n < most and state_bytes(model.config, n + 1, TIMELINE_LIMIT, itemsize) <= budget:
+    while n < most and state_bytes(model.config, [max_positions] * (n + 1), itemsize) <= budget:
         n += 1
     return n
+
+
+def capped_positions(max_minutes: Optional[float], frame_seconds: float) -> int:
+    """A conversation's most timeline positions: ``max_minutes`` of them (None: the timeline's limit), at most the
+    limit."""
+    if max_minutes is None:
+        return TIMELINE_LIMIT
+    if not max_minutes > 0:
+        raise ConfigError(f"max_minutes must be above 0, got {max_minutes}")
+    return min(TIMELINE_LIMIT, max(1, int(max_minutes * 60 / frame_seconds)))
 
 
 def grown_rows(rows: int, row: int, most: int) -> int:
@@ -171,10 +185,11 @@ class SessionGroup:
     Build it with :meth:`voicechat.Model.sessions`; :meth:`session` opens a conversation in it, :meth:`step`
     advances every ready conversation by one position."""
 
-    def __init__(self, model, max_sessions: int = 1):
+    def __init__(self, model, max_sessions: int = 1, max_minutes: Optional[float] = None):
         if int(max_sessions) < 1:
             raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
         self.model, self.cfg = model, model.config
+        self.max_positions = capped_positions(max_minutes, self.cfg.frame_length)  # a conversation's most
         self.stt, self.tts = model.net.stt_model, model.net.tts_model
         self.max_sessions = int(max_sessions)
         self.members: list = []  # the conversation of each row, None where a row is free
@@ -274,21 +289,23 @@ class SessionGroup:
         mx.eval(self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys)
 
     def _check_memory(self, rows: int) -> None:
-        """Refuse a conversation whose group would not fit at the timeline limit: every row may grow to it, so the
-        group's state then (:func:`state_bytes`) must fit in what it holds now and what the device has free (half of
-        it: the rest is the activations' and the other programs')."""
+        """Refuse a conversation whose group could not hold every conversation at its cap (``max_positions``):
+        each holds its own length's state and may grow to the cap, so their state then (:func:`state_bytes`) must
+        fit in what the group holds now and MEMORY_SHARE of what the device has free (docs/batching.md §4)."""
         itemsize = compute.speech_dtype().size
-        need = state_bytes(self.cfg, rows, TIMELINE_LIMIT, itemsize)
-        have = state_bytes(self.cfg, self.rows, self.positions(), itemsize) + MEMORY_SHARE * free_memory()
+        conversations = self.open + 1
+        need = state_bytes(self.cfg, [self.max_positions] * conversations, itemsize, rows)
+        have = self.held_bytes() + MEMORY_SHARE * free_memory()
         if need > have:
-            raise SessionsFull(f"one more conversation would not fit in memory: {rows} conversations at the "
-                               f"{TIMELINE_LIMIT}-position limit need {need / 1e9:.1f} GB of state, "
-                               f"{have / 1e9:.1f} GB can be had; close one first")
+            minutes = self.max_positions * self.cfg.frame_length / 60
+            raise SessionsFull(f"one more conversation would not fit in memory: {conversations} conversations of "
+                               f"{self.max_positions} positions ({minutes:.1f} minutes) need {need / 1e9:.2f} GB "
+                               f"of state, {have / 1e9:.2f} GB can be had; close one first")
 
-    def positions(self) -> int:
-        """Positions of the longest conversation's caches (what every row's buffers hold room for)."""
-        offsets = [c.offsets for c in self.lm.cache.layers if c is not None and hasattr(c, "offsets")]
-        return int(max((o.max() for o in offsets if len(o)), default=0))
+    def held_bytes(self) -> int:
+        """Bytes of the state the group holds now: every row's Mamba states and seen ids, the key/value pools (each
+        conversation's blocks, the free ones and the sinks: docs/batching.md §4)."""
+        return sum(a.nbytes for a in (*self.lm.arrays, *self.tts_state.arrays(), self.seen))
 
     def leave(self, session) -> None:
         """Free ``session``'s row (its state stays until a joining conversation overwrites it); a conversation still
@@ -299,6 +316,9 @@ class SessionGroup:
             session.set_up = None
         if session.row is not None and self.members[session.row] is session:
             self.members[session.row] = None
+            self.lm.cache.release(session.row)
+            for cache in self.tts_state.caches:
+                cache.release([session.row, self.rows + session.row])
         session.row = None
 
     def _grow(self, rows: int) -> None:
