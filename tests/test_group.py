@@ -184,6 +184,28 @@ def test_eight_conversations_at_once():
     check(m, talks, max_sessions=8)
 
 
+def test_thirty_six_conversations_at_once():
+    """More rows than the CUDA rows kernel's tile (32, voicechat/rows_kernel.py): 36 conversations joining one a
+    tick (the rows grow 1, 2, 4 ... 32, 36), each exact, its encoder frames too."""
+    m = model("tiny_model_aria")
+    talks = [Talk(noise(0.5 + 0.02 * (i % 5), 100 + i), (640, 1280, 999)[i % 3], i, ("", "Hi.")[i % 2], i, None,
+                  dict(text_temperature=0.5 * (i % 2)))
+             for i in range(36)]
+    check(m, talks, max_sessions=36)
+
+
+def test_rows_of_very_different_lengths():
+    """Rows whose lengths differ by blocks: a long prompt beside a short one, a conversation that runs past two
+    blocks (512 positions), and one that joins once it has, so its run alone reads buffers of the first capacity
+    (256) and in the group the long row's (1024): each exact, each holding its own length's blocks."""
+    m = model("tiny_model_aria")
+    talks = [Talk(noise(44.0, 1), 1280, 0, LONG_PROMPT, 1, None, {}),  # a position a tick: 97 + 550 positions
+             Talk(noise(3.0, 2), 999, 1, "Hi.", 2, None, dict(text_temperature=0.8)),
+             Talk(noise(2.0, 3), 1280, 480, "", 3, None, dict(reference=True))]  # the first past 512 positions
+    first, _, last = check(m, talks, max_sessions=3)
+    assert first.position > 2 * 256 + 100 > 100 > last.position
+
+
 def test_a_conversation_with_tools_in_a_group(tmp_path):
     """The tool channel fixes one row's ids (docs/tools.md §5) while the others run free."""
     from test_tools import ScriptedHead

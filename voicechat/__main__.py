@@ -302,13 +302,21 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     checked_output(a.json, "--json")
-    if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
-        from .benchmarks.sessions import main as sessions_main
+    if not a.demo and a.model is None:
+        raise UsageError("bench needs --model DIR (a checkpoint) or --demo")
+    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
+        if a.demo:
+            from .random_checkpoint import write_tiny_checkpoint
 
-        return sessions_main(a)
-    from .benchmarks.frame import main as bench_main
+            print("the demo model (random weights: its speed is a tiny model's)", file=sys.stderr)
+            a.model = str(write_tiny_checkpoint(Path(scratch), seed=0))
+        if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
+            from .benchmarks.sessions import main as sessions_main
 
-    return bench_main(a)
+            return sessions_main(a)
+        from .benchmarks.frame import main as bench_main
+
+        return bench_main(a)
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
@@ -526,7 +534,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
 
     from .benchmarks.sessions import session_counts
 
-    add_arguments(b)
+    add_arguments(b, demo=True)
     b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
                    help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
                         "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")
