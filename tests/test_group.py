@@ -428,6 +428,35 @@ def test_a_conversation_that_would_not_fit_is_refused_at_admission():
     group.session()  # with the memory back, it fits
 
 
+def test_admission_reserves_each_conversation_up_to_its_cap_and_refuses_only_what_does_not_fit():
+    """With memory for two and a half conversations of one minute (``max_minutes``), a group of one-minute
+    conversations admits two and refuses the third; the same memory holds no conversation that may reach the
+    timeline's limit. A conversation at its cap is refused its next audio, with the cap in the message."""
+    import mlx.core as mx
+    from voicechat import compute
+    from voicechat.errors import TimelineFull
+    from voicechat.group import MEMORY_SHARE, state_bytes
+
+    m = model("tiny_model")
+    itemsize = compute.speech_dtype().size
+    need = [state_bytes(m.config, [750] * n, itemsize) for n in (1, 2, 3)]
+    assert need[2] < state_bytes(m.config, [8192], itemsize)
+    capped, whole = m.sessions(3, max_minutes=1.0), m.sessions(3)
+    previous = mx.set_memory_limit(mx.get_active_memory() + int((need[1] + need[2]) / 2 / MEMORY_SHARE))
+    try:
+        capped.session(), capped.session()
+        with pytest.raises(SessionsFull, match=r"3 conversations of 750 positions \(1 min\) need"):
+            capped.session()
+        with pytest.raises(SessionsFull, match="1 conversations of 8192 positions"):
+            whole.session()
+    finally:
+        mx.set_memory_limit(previous)
+    assert capped.open == 2 and whole.open == 0
+    short = m.sessions(1, max_minutes=0.05).session()
+    with pytest.raises(TimelineFull, match=r"pass 37 timeline positions \(0.0493 min, this server's cap on a"):
+        short.push(noise(4.0, 1), RATE)
+
+
 def test_a_servers_default_is_what_fits_at_most_the_measured_bound():
     import mlx.core as mx
     from voicechat.group import DEFAULT_MOST_SESSIONS, fitting_sessions

@@ -332,6 +332,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
                          "(or pip install \"voicechat[app]\")") from None
     if a.max_sessions is not None and a.max_sessions < 1:
         raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
+    if a.max_minutes is not None:
+        check_range("max_minutes", "--max-minutes", a.max_minutes, 0.0, low_open=True)
     if a.allow_voice_add and not a.api_key:
         raise UsageError("--allow-voice-add lets clients write voices into the library: give --api-key too")
     if not a.ray:
@@ -340,10 +342,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
                 raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
         serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
               idle_seconds=a.idle_timeout, max_sessions=a.max_sessions, voices=Path(a.voices).expanduser(),
-              voice_add=a.allow_voice_add)
+              voice_add=a.allow_voice_add, max_minutes=a.max_minutes)
         return 0
     if a.allow_voice_add:
         raise UsageError("--allow-voice-add works on the plain server only (a Ray replica has no voice library)")
+    if a.max_minutes is not None:
+        raise UsageError("--max-minutes works on the plain server only (a Ray replica does not take it yet)")
     try:
         from .deploy import ArgumentError, run
     except ImportError as e:
@@ -392,7 +396,11 @@ def add_serve_parser(sub) -> None:
                         "0 = never)")
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
-                        "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
+                        "(default: as many as fit in memory at --max-minutes, at most 4; docs/batching.md)")
+    s.add_argument("--max-minutes", type=float, default=None, metavar="MIN",
+                   help="a conversation's most minutes: at them it ends with a session_failed error event, and each "
+                        "conversation's memory is reserved up to them (default: the timeline's 10.9; "
+                        "docs/batching.md §4)")
     add_library_argument(s)
     s.add_argument("--allow-voice-add", action="store_true",
                    help="let clients add voices to the library (the voicechat.voice.add event, docs/voices.md); "

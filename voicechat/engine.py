@@ -357,10 +357,14 @@ class Engine:
     to ``max_recordings`` recordings at once; more recordings wait in submission order (docs/batching.md §5)."""
 
     def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1,
-                 max_recordings: int = 1):
+                 max_recordings: int = 1, max_minutes: Optional[float] = None):
         """``max_sessions`` None: as many as :func:`voicechat.group.fitting_sessions` finds once the model is
         loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
-        its row at the next tick."""
+        its row at the next tick. ``max_minutes``: a conversation's most (None: the timeline's limit); at it a live
+        conversation ends with an ERROR event, and admission reserves each conversation's memory up to it."""
+        from .group import capped_positions
+
+        self.max_minutes, self.max_positions = max_minutes, capped_positions(max_minutes)
         if max_recordings < 1:
             raise ConfigError(f"max_recordings must be at least 1, got {max_recordings}")
         self.name = name
@@ -598,7 +602,7 @@ class Engine:
         try:
             model = self._load_model(download_bar(self.name, self._set_status))
             if self._fit_sessions:
-                self.max_sessions = fitting_sessions(model)
+                self.max_sessions = fitting_sessions(model, max_positions=self.max_positions)
             rows = self.max_sessions + self.max_recordings  # the group's (Engine._group)
             if compile_enabled() and rows > 2:  # load warmed one row up; the group meets more at joins
                 model.warm_up(sessions=rows)
@@ -619,7 +623,7 @@ class Engine:
         """The model's group: ``max_sessions`` rows for live conversations, ``max_recordings`` for recordings (its
         rows are made as conversations join: rows never used hold no memory)."""
         if self.group is None:
-            self.group = self.model.sessions(self.max_sessions + self.max_recordings)
+            self.group = self.model.sessions(self.max_sessions + self.max_recordings, self.max_minutes)
         return self.group
 
     def _start_recordings(self, recordings: list) -> None:

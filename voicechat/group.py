@@ -35,6 +35,7 @@ import mlx.core as mx
 
 from .cache import BLOCK, blocks_for
 from .errors import ConfigError, SessionsFull
+from .config import FRAME_SECONDS
 from .limits import TIMELINE_LIMIT
 from .model import prompt_frames
 from .llm import lm
@@ -151,14 +152,14 @@ def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS, max_positions: in
     return n
 
 
-def capped_positions(max_minutes: Optional[float], frame_seconds: float) -> int:
+def capped_positions(max_minutes: Optional[float]) -> int:
     """A conversation's most timeline positions: ``max_minutes`` of them (None: the timeline's limit), at most the
     limit."""
     if max_minutes is None:
         return TIMELINE_LIMIT
     if not max_minutes > 0:
         raise ConfigError(f"max_minutes must be above 0, got {max_minutes}")
-    return min(TIMELINE_LIMIT, max(1, int(max_minutes * 60 / frame_seconds)))
+    return min(TIMELINE_LIMIT, max(1, int(max_minutes * 60 / FRAME_SECONDS)))
 
 
 def grown_rows(rows: int, row: int, most: int) -> int:
@@ -189,7 +190,7 @@ class SessionGroup:
         if int(max_sessions) < 1:
             raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
         self.model, self.cfg = model, model.config
-        self.max_positions = capped_positions(max_minutes, self.cfg.frame_length)  # a conversation's most
+        self.max_positions = capped_positions(max_minutes)  # a conversation's most
         self.stt, self.tts = model.net.stt_model, model.net.tts_model
         self.max_sessions = int(max_sessions)
         self.members: list = []  # the conversation of each row, None where a row is free
@@ -299,7 +300,7 @@ class SessionGroup:
         if need > have:
             minutes = self.max_positions * self.cfg.frame_length / 60
             raise SessionsFull(f"one more conversation would not fit in memory: {conversations} conversations of "
-                               f"{self.max_positions} positions ({minutes:.1f} minutes) need {need / 1e9:.2f} GB "
+                               f"{self.max_positions} positions ({minutes:.3g} min) need {need / 1e9:.2f} GB "
                                f"of state, {have / 1e9:.2f} GB can be had; close one first")
 
     def held_bytes(self) -> int:

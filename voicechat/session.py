@@ -391,7 +391,7 @@ class Session:
         if positions > most:
             why = "NVIDIA's streaming limit" if most == TIMELINE_LIMIT else "this server's cap on a conversation"
             raise TimelineFull(f"the conversation would pass {most} timeline positions "
-                               f"({most * self.cfg.frame_length / 60:.1f} minutes, {why}); start a new session")
+                               f"({most * self.cfg.frame_length / 60:.3g} min, {why}); start a new session")
 
     def _listen(self, heard, valid: Optional[bool]) -> None:
         """Queue the encoder frames for the LLM: a steady frame (computed in a tick), or (projected, encoded) frames.
