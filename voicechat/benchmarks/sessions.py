@@ -125,7 +125,8 @@ def run(model_spec: str, counts: list[int], frames: int) -> dict:
     from .. import load
 
     model = load(model_spec)
-    run_group(model, max(counts), 4)  # warm-up: every row count's shapes once
+    if compute.compile_enabled():
+        run_group(model, max(counts), 4)  # warm-up: every row count's compiled shapes once
     rows = [run_group(model, n, frames) for n in counts]
     fits = [r["sessions"] for r in rows if r["tick"]["p95"] < FRAME * 1e3]
     return {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
