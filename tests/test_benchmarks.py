@@ -77,28 +77,3 @@ def test_group_exactness_finds_where_two_conversations_part_and_the_margin_there
     head = 0 if ids[0][part][0] != ids[1][part][0] else 1
     assert differ["top2_margin_there"] == other.margins[part][head] >= 0
 
-
-def test_bench_sessions_on_the_demo_model_past_32_rows_reports_the_state_held(tmp_path):
-    """``python -m voicechat bench --demo --sessions 1,36 --frames 20 --json F`` (issue 37's acceptance) on the CPU:
-    36 rows, past the CUDA rows kernel's tile; per N the group's state in bytes (``state_bytes``: its arrays') and per
-    conversation, at least the conversations' own blocks (voicechat.group.state_bytes) and every row stepped."""
-    import json
-    import subprocess
-    import sys
-
-    from voicechat import compute, load
-    from voicechat.group import state_bytes
-    from voicechat.random_checkpoint import write_tiny_checkpoint
-
-    out = tmp_path / "sessions.json"
-    run = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--demo", "--sessions", "1,36", "--frames", "20",
-                          "--json", str(out)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    rows = json.loads(out.read_text())["rows"]
-    cfg = load(write_tiny_checkpoint(tmp_path / "model", seed=0), offline=True).config
-    assert [r["sessions"] for r in rows] == [1, 36]
-    for r in rows:
-        n, least = r["sessions"], state_bytes(cfg, [r["positions"]["min"]] * r["sessions"], compute.speech_dtype().size)
-        assert r["fewest_rows_stepped"] == n and r["ticks_measured"] == 20
-        assert least <= r["state_bytes"] == r["state_bytes_per_conversation"] * n
-    assert "state MB/conv" in run.stdout
