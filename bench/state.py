@@ -2,10 +2,10 @@
 ``python -m bench.state --dims full --minutes 1,2,5,10 [--free-gb 136.9]``.
 
 Per length: the bytes ``voicechat.group.state_bytes`` gives (what admission weighs, docs/batching.md §4) for one
-conversation of that many minutes of timeline (750 positions a minute, the prompt's included), split into the LLM's
-attention blocks, the TTS backbone's (two CFG rows, after the warm-up's positions) and the fixed part of a row (Mamba
-states, seen ids); with ``--free-gb``, how many conversations with that cap the admission takes in that much free
-memory (MEMORY_SHARE of it).
+conversation of that many minutes of timeline (750 positions a minute, the prompt's included; a row of a group whose
+longest conversation is that long holds as much), and of it the fixed part of a row (Mamba states, seen ids); with
+``--free-gb``, how many conversations capped at that length (``--max-minutes``) the admission takes in that much free
+memory (MEMORY_SHARE of it), in a group of that many rows at most (``max_sessions``).
 """
 
 from __future__ import annotations

@@ -379,36 +379,24 @@ def test_a_full_group_refuses_a_conversation_and_a_freed_row_takes_the_next():
     assert c.row == 0 and group.open == 2 and b.row == 1
 
 
-def test_the_state_a_group_holds_follows_each_conversations_own_length():
-    """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's state: two
-    conversations of very different lengths, each holding the blocks of its own length (not the longer one's
-    capacity), besides the pools' free blocks (at most one a row) and sinks; a conversation that leaves gives its
-    blocks back, and the next one takes them without growing the pools."""
+def test_the_state_a_group_holds_is_what_admission_counts():
+    """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays
+    (``held_bytes``): two conversations of different lengths, the buffers at the longer one's capacity."""
     from voicechat import compute
-    from voicechat.cache import BLOCK
     from voicechat.group import state_bytes
 
     m = model("tiny_model_aria")
     group = m.sessions(2)
     a, b = group.session("You are a helpful assistant.", seed=1), group.session(seed=2)
-    a.push(noise(48.0, 3), RATE)  # 600 positions: three blocks
+    a.push(noise(24.0, 3), RATE)  # 300 positions: past the first capacity (256)
     b.push(noise(1.0, 4), RATE)
     while group.step():
         pass
-    itemsize = compute.speech_dtype().size
-    caches = [c for c in group.lm.cache.layers if hasattr(c, "tables")] + group.tts_state.caches
-    spare = sum((1 + len(c.free)) * c.pools[0][0].nbytes * 2 for c in caches)
-    assert a.position > 2 * BLOCK and b.position < BLOCK
-    assert group.held_bytes() == state_bytes(m.config, [a.position, b.position], itemsize) + spare
-    assert all(len(c.free) <= len(c.tables) for c in caches)
-    assert state_bytes(m.config, [b.position], itemsize) < state_bytes(m.config, [a.position], itemsize) / 2
-    held = group.held_bytes()
-    a.close()
-    c = group.session(seed=5)
-    c.push(noise(44.0, 6), RATE)
-    while group.step():
-        pass
-    assert c.position > 2 * BLOCK and group.held_bytes() == held  # a's blocks, taken by c
+    held = [*group.lm.arrays, *group.tts_state.arrays(), group.seen]
+    assert a.position > 256 > b.position
+    assert group.held_bytes() == sum(x.nbytes for x in held)
+    assert group.held_bytes() == state_bytes(m.config, [a.position, b.position], compute.speech_dtype().size)
+    assert all(x.shape[0] in (2, 4) for x in held)  # rows: two conversations (the TTS's: two CFG rows each)
 
 
 def test_a_conversation_that_would_not_fit_is_refused_at_admission():

@@ -255,7 +255,7 @@ class Model:
         for rows in counts:
             self.net.stt_model.llm.warm_up(capacities(positions), rows)
         seconds["LLM steps per cache size"], t0 = time.perf_counter() - t0, time.perf_counter()
-        dtype = group.tts_state.caches[0].dtype
+        dtype = group.tts_state.caches[0].keys.dtype
         for rows in counts:  # each conversation's two guidance rows
             self.net.tts_model.tts_model.backbone.warm_up(capacities(positions), dtype, 2 * rows)
         seconds["TTS backbone steps per cache size"] = time.perf_counter() - t0

@@ -33,7 +33,7 @@ import numpy as np
 from . import compute
 import mlx.core as mx
 
-from .cache import BLOCK, blocks_for
+from .cache import capacity_for
 from .errors import ConfigError, SessionsFull
 from .config import FRAME_SECONDS
 from .limits import TIMELINE_LIMIT
@@ -107,24 +107,23 @@ def sample_text_tokens(logits: mx.array, best: mx.array, seen: mx.array, special
 
 
 def state_bytes(cfg, positions: Sequence[int], itemsize: int, rows: Optional[int] = None) -> int:
-    """The device state of conversations at ``positions`` timeline positions each, in a group of ``rows`` rows (at
-    least one per conversation; docs/batching.md §4): per conversation its own attention blocks (the LLM's, and the
-    TTS backbone's for its two CFG rows after its warm-up's positions: voicechat.cache.blocks_for), per row the
-    Mamba conv and SSM states and the seen ids. ``itemsize``: bytes of the speech dtype. The streaming encoders' and
-    the codec's states (a fixed size per row, small) are not counted."""
+    """The device state of a group of ``rows`` rows (None: one per conversation) whose conversations are at
+    ``positions`` timeline positions each (docs/batching.md §4): every row's attention buffers have the longest
+    conversation's capacity (voicechat/cache.py): the LLM's key/value caches, the TTS backbone's (two CFG rows each,
+    after its warm-up's positions); per row the Mamba conv and SSM states and the seen ids. ``itemsize``: bytes of
+    the speech dtype. The streaming encoders' and the codec's states (a fixed size per row, small) are not counted."""
     llm, tts = cfg.llm, cfg.tts.backbone
+    longest = max(positions, default=0)
+    attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(longest) * llm.head_dim
     mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
                                       + llm.mamba_num_heads * llm.mamba_head_dim * llm.ssm_state_size * 4)
-    block = 2 * BLOCK * itemsize  # keys and values of BLOCK slots, per head and head dimension
-
-    def attention(p: int) -> int:
-        window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
-        backbone = sum(2 * blocks_for(p + prompt_frames(cfg), window(kind)) for kind in tts.layer_types)  # warm-up
-        return block * (llm.pattern.count("*") * blocks_for(p) * llm.num_key_value_heads * llm.head_dim
-                        + backbone * tts.num_key_value_heads * tts.head_dim)
-
+    tts_positions = longest + prompt_frames(cfg)  # the warm-up's positions come first
+    window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
+    backbone = sum(2 * 2 * tts.num_key_value_heads * capacity_for(tts_positions, window(kind)) * tts.head_dim
+                   for kind in tts.layer_types)
     rows = len(positions) if rows is None else rows
-    return sum(attention(p) for p in positions) + rows * (mamba + llm.vocab_size)
+    held = (attention + backbone) * itemsize if positions else 0  # no buffers before the first position
+    return rows * (held + mamba + llm.vocab_size)
 
 
 def free_memory() -> int:
@@ -291,8 +290,9 @@ class SessionGroup:
 
     def _check_memory(self, rows: int) -> None:
         """Refuse a conversation whose group could not hold every conversation at its cap (``max_positions``):
-        each holds its own length's state and may grow to the cap, so their state then (:func:`state_bytes`) must
-        fit in what the group holds now and MEMORY_SHARE of what the device has free (docs/batching.md §4)."""
+        any may grow to it and every row's buffers have the longest one's capacity, so the state of ``rows`` rows
+        then (:func:`state_bytes`) must fit in what the group holds now and MEMORY_SHARE of what the device has
+        free (docs/batching.md §4)."""
         itemsize = compute.speech_dtype().size
         conversations = self.open + 1
         need = state_bytes(self.cfg, [self.max_positions] * conversations, itemsize, rows)
@@ -304,8 +304,8 @@ class SessionGroup:
                                f"of state, {have / 1e9:.2f} GB can be had; close one first")
 
     def held_bytes(self) -> int:
-        """Bytes of the state the group holds now: every row's Mamba states and seen ids, the key/value pools (each
-        conversation's blocks, the free ones and the sinks: docs/batching.md §4)."""
+        """Bytes of the state the group holds now: every row's Mamba states, key/value buffers and seen ids
+        (docs/batching.md §4)."""
         return sum(a.nbytes for a in (*self.lm.arrays, *self.tts_state.arrays(), self.seen))
 
     def leave(self, session) -> None:
@@ -317,9 +317,6 @@ class SessionGroup:
             session.set_up = None
         if session.row is not None and self.members[session.row] is session:
             self.members[session.row] = None
-            self.lm.cache.release(session.row)
-            for cache in self.tts_state.caches:
-                cache.release([session.row, self.rows + session.row])
         session.row = None
 
     def _grow(self, rows: int) -> None:

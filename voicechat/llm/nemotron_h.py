@@ -79,13 +79,6 @@ class LLMCache:
                 c.put([row], src)
         mx.eval(self.state)
 
-    def release(self, row: int) -> None:
-        """``row``'s conversation left: its attention blocks go back to the pools (its Mamba states stay, a fixed
-        size per row, until the next conversation's :meth:`put`)."""
-        for c in self.layers:
-            if isinstance(c, RowsKV):
-                c.release([row])
-
     @property
     def state(self) -> list[mx.array]:
         """The arrays to evaluate together with a call's outputs (so the graph does not grow across calls)."""
@@ -93,8 +86,8 @@ class LLMCache:
         for c in self.layers:
             if isinstance(c, MambaCache):
                 arrays += [a for a in (c.conv, c.ssm) if a is not None]
-            elif c is not None:
-                arrays += c.arrays()
+            elif c is not None and c.keys is not None:
+                arrays += [c.keys, c.values]
         return arrays
 
 
@@ -391,8 +384,8 @@ class NemotronH(nn.Module):
                 states += self.mamba_state(c, x)
             elif c is not None:
                 steps.append(c.reserve_step(mx.zeros((x.shape[0], self.cfg.num_key_value_heads, 1, self.cfg.head_dim),
-                                                     x.dtype), active))
-                states += c.buffers()
+                                                     x.dtype)))
+                states += [c.keys, c.values]
         slots, counts = ((mx.array(np.stack(v).astype(np.int32)) for v in zip(*steps)) if steps
                          else (mx.zeros((0, 1), mx.int32),) * 2)
         keep = mx.array(np.ones(x.shape[0], bool) if active is None else active)
@@ -401,8 +394,7 @@ class NemotronH(nn.Module):
             if isinstance(c, MambaCache):
                 (c.conv, c.ssm), states = states[:2], states[2:]
             elif c is not None:
-                c.stored(*states[:2])
-                states = states[2:]
+                (c.keys, c.values), states = states[:2], states[2:]
                 c.advance(active)
         return x
 
@@ -417,9 +409,11 @@ class NemotronH(nn.Module):
     def cache_at(self, capacity: int, rows: int = 1) -> LLMCache:
         """A zero state of ``rows`` conversations (a group's) whose next decode step meets attention buffers of
         ``capacity`` slots."""
-        cache, cfg = self.make_cache(rows), self.cfg
-        cache.layers = [RowsKV.filled(rows, capacity, cfg.num_key_value_heads, cfg.head_dim, compute.speech_dtype())
-                        if isinstance(c, RowsKV) else c for c in cache.layers]
+        cache, dtype = self.make_cache(rows), compute.speech_dtype()
+        for c in cache.layers:
+            if isinstance(c, RowsKV):
+                c.keys = c.values = mx.zeros((rows, self.cfg.num_key_value_heads, capacity, self.cfg.head_dim), dtype)
+                c.offsets = np.full(rows, capacity - 1)
         return cache
 
     def mamba_state(self, c: MambaCache, x: mx.array) -> list[mx.array]:

@@ -133,23 +133,26 @@ class Gemma3TextModel(nn.Module):
     def caches_at(self, capacity: int, rows: int, dtype: mx.Dtype) -> list[RowsKV]:
         """Zero caches of a group of ``rows`` / 2 conversations (the step's shapes in a session) whose next step meets
         buffers of ``capacity`` slots (a window's layers: at most the window)."""
-        cfg = self.cfg
-        return [RowsKV.filled(rows, capacity, cfg.num_key_value_heads, cfg.head_dim, dtype, cache.window)
-                for cache in self.make_rows_caches(rows // 2)]
+        cfg, caches = self.cfg, self.make_rows_caches(rows // 2)
+        for cache in caches:
+            size = capacity if cache.window is None else min(capacity, cache.window)
+            cache.keys = cache.values = mx.zeros((rows, cfg.num_key_value_heads, size, cfg.head_dim), dtype)
+            cache.offsets = np.full(rows, size - 1)
+        return caches
 
     def step(self, x: mx.array, caches: list, active: Optional[np.ndarray] = None) -> mx.array:
         """One position after a warm-up: the whole stack as one compiled function over fixed-shape cache buffers
         (they grow by doubling, so it is traced again only then); each row at its own position (a group's caches:
         :class:`~voicechat.cache.RowsKV`), ``active`` the rows that advance (None: all). [B, 1, H] -> [B, 1, H]"""
         like = mx.zeros((x.shape[0], self.cfg.num_key_value_heads, 1, self.cfg.head_dim), x.dtype)
-        slots, counts = zip(*(cache.reserve_step(like, active) for cache in caches))
-        buffers = [a for cache in caches for a in cache.buffers()]
+        slots, counts = zip(*(cache.reserve_step(like) for cache in caches))
+        buffers = [a for cache in caches for a in (cache.keys, cache.values)]
         position = mx.array(caches[0].positions().astype(np.int32))
         fn = self._compiled.get("step", self.run_step)  # traced again when a buffer's shape changes
         out, *buffers = fn(x, position, mx.array(np.stack(slots).astype(np.int32)),
                            mx.array(np.stack(counts).astype(np.int32)), *buffers)
         for i, cache in enumerate(caches):
-            cache.stored(buffers[2 * i], buffers[2 * i + 1])
+            cache.keys, cache.values = buffers[2 * i], buffers[2 * i + 1]
             cache.advance(active)
         return out
 
