@@ -8,7 +8,7 @@
 This file is the UI only: the page around its tabs, and the command. The page is a set of tabs around one engine:
 ``build_app`` puts each tab's ``build()`` in a ``gr.Tab`` (Record and run: voicechat/webui/record.py; Talk live:
 voicechat/webui/talk.py; the timeline drawing: voicechat/webui/timeline.py). All model work happens on the engine
-thread (voicechat/engine.py); the tabs' handlers submit jobs and render the engine's events.
+thread (voicechat/engine/); the tabs' handlers submit jobs and render the engine's events.
 
 One queue: the engine's. Gradio hands every Run to its handler at once (no concurrency limit on it), the handler
 submits it to the engine, and the engine's queue is the only place where requests wait: its positions and expected
@@ -30,7 +30,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
-from voicechat.errors import ModelUnavailable, VoiceChatError  # noqa: E402
+from voicechat.errors import ConfigError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.limits import SettingError, check_range  # noqa: E402
 from voicechat.webui import talk, timeline  # noqa: E402
 from voicechat.webui.record import NVIDIA_PROMPT, RTF_MEANING, RecordAndRun, load_examples  # noqa: E402
@@ -287,14 +287,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     try:
         check_range("max_uploads_mb", "--max-uploads-mb", args.max_uploads_mb, 0.0, low_open=True)
-        if args.max_minutes is not None:
-            check_range("max_minutes", "--max-minutes", args.max_minutes, 0.0, low_open=True)
     except SettingError as e:
         p.error(str(e))
-    if args.max_sessions is not None and args.max_sessions < 1:
-        p.error(f"--max-sessions must be at least 1, got {args.max_sessions}")
-    if args.max_recordings < 1:
-        p.error(f"--max-recordings must be at least 1, got {args.max_recordings}")
+    try:
+        eng.check_limits(args.max_sessions, args.max_recordings, args.max_minutes, flags=True)
+    except ConfigError as e:
+        p.error(str(e))
     return args
 
 

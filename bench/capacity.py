@@ -15,7 +15,7 @@ from voicechat import compute
 import mlx.core as mx
 
 from voicechat.cache import RowsKV, capacities
-from voicechat.api import WARM_POSITIONS
+from voicechat.model import WARM_POSITIONS
 from voicechat.benchmarks.workload import stats
 
 

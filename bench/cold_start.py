@@ -32,9 +32,9 @@ def cached_kernels() -> int:
 
 
 def run(model_spec: str, frames: int, sessions: int = 1) -> dict:
-    from voicechat.api import Model
-    from voicechat.model import load_parts
-    from voicechat.session import Session
+    from voicechat.model import Model
+    from voicechat.network import load_parts
+    from voicechat.timeline.conversation import Session
 
     out = {"model": model_spec, "device": str(mx.default_device()), "mlx": mx.__version__,
            "compiled": compute.compile_enabled(), "sessions": sessions, "cached_kernels_before": cached_kernels()}

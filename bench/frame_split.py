@@ -16,8 +16,8 @@ from collections import defaultdict
 import numpy as np
 import mlx.core as mx
 
-from voicechat.group import SessionGroup
-from voicechat.session import Session
+from voicechat.timeline.loop import SessionGroup
+from voicechat.timeline.conversation import Session
 from voicechat.benchmarks import op_histogram
 from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.workload import FRAME, PROMPT, RATE, bench_input

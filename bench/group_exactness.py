@@ -7,7 +7,7 @@ then each of them in a group of its own, run alone. Per conversation it prints w
 the codes are identical at every position; where they are not, the first position that differs and the top-2 margin
 of the logits there in the run alone (text, or function where only that id differs: a margin near 0 is a tie that any
 rounding breaks); the largest difference of the output samples and of the encoder frames. The CPU suite checks the
-same on the NeMo fixtures (tests/test_group.py); this is for a GPU, where a product over R rows may round
+same on the NeMo fixtures (tests/test_loop.py); this is for a GPU, where a product over R rows may round
 differently from one over one row.
 """
 
@@ -24,8 +24,8 @@ import mlx.core as mx
 from voicechat import load
 from voicechat.benchmarks.sessions import PROMPTS, STAGGER
 from voicechat.benchmarks.workload import FRAME, RATE, bench_input
-from voicechat.group import SessionGroup, TickClock
-from voicechat.session import Session
+from voicechat.timeline.loop import SessionGroup, TickClock
+from voicechat.timeline.conversation import Session
 
 OFFSET = 7  # frames between two conversations' starts in the input (each hears its own stretch)
 

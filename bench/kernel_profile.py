@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 
 import mlx.core as mx
 
-from voicechat import group as group_module
+from voicechat.timeline import admission
 from voicechat import load
 
 from bench.rows import ProfiledGroup, steady_group
@@ -100,7 +100,7 @@ class MarkedGroup(ProfiledGroup):
 
 def profile(model_spec: str, rows: int, ticks: int) -> list[str]:
     model = load(model_spec)
-    group_module.MEMORY_SHARE = 1.0  # a few dozen positions each: as bench.rows, the group may take the free memory
+    admission.MEMORY_SHARE = 1.0  # a few dozen positions each: as bench.rows, the group may take the free memory
     group, sessions, tick = steady_group(model, rows, ticks + 1, MarkedGroup)
     with CudaProfiler():
         for _ in range(ticks):

@@ -1,7 +1,7 @@
 """Each network's part of a group's steady tick at R rows: ``python -m bench.rows --model M [--rows 1,8,32]
 [--runs 30] [--qmm] [--json F]``.
 
-For each R, a :class:`~voicechat.group.SessionGroup` of R conversations on the ``speech`` workload
+For each R, a :class:`~voicechat.timeline.loop.SessionGroup` of R conversations on the ``speech`` workload
 (voicechat/benchmarks/sessions.py's prompts of different lengths, each its own seed), ticked until every one is past
 its prompt. Then ``--runs`` whole ticks (each conversation's 80 ms pushed, one ``group.step()``: build, evaluation and
 the host's reading), and ``--runs`` profiled ticks: the group's own tick with each part evaluated on its own as it
@@ -35,9 +35,9 @@ from voicechat.benchmarks import count_ops
 from voicechat.benchmarks.frame import speech_script
 from voicechat.benchmarks.sessions import PROMPTS, session_counts
 from voicechat.benchmarks.workload import FRAME, RATE, bench_input
-from voicechat import group as group_module
+from voicechat.timeline import admission
 from voicechat.errors import SessionsFull
-from voicechat.group import SessionGroup, TickClock
+from voicechat.timeline.loop import SessionGroup, TickClock
 
 PARTS = ("encoder", "rnnt first joints", "llm decode", "text sampling", "tts backbone", "tts codes", "codec")
 HOST = ("push", "build", "queue", "wait", "finish")
@@ -104,7 +104,7 @@ def steady_group(model, r: int, ticks: int, group_class=None):
     """R conversations in one group (``group_class``, default :class:`ProfiledGroup`), ticked until every one is past
     its prompt and SETTLE ticks more. -> (group, sessions, tick): ``tick()`` pushes each conversation's next 80 ms and
     steps the group, ``ticks`` more times at least without a row running out of input; it returns its seconds."""
-    from voicechat.session import Session
+    from voicechat.timeline.conversation import Session
 
     group = (group_class or ProfiledGroup)(model, r)
     sessions = [Session(model, PROMPTS[i % len(PROMPTS)], i, group=group,
@@ -292,7 +292,7 @@ def main(argv=None) -> int:
     model = load(a.model)
     # admission weighs each conversation at the timeline limit (docs/batching.md §4); these hold a few dozen
     # positions, so the group may take all the free memory, and a row count still refused is reported, not fatal
-    group_module.MEMORY_SHARE = 1.0
+    admission.MEMORY_SHARE = 1.0
     print(f"model {a.model}  device {mx.default_device()}  mlx {mx.__version__}  {a.runs} runs; ms", flush=True)
     report = {"model": a.model, "device": str(mx.default_device()), "mlx": mx.__version__, "runs": a.runs,
               "rows": []}

@@ -57,7 +57,7 @@ def main() -> None:
     stt, tts, codec = net.stt_model, net.tts_model.tts_model, net.tts_model.audio_codec
     dtype = stt.embed_tokens.scales.dtype if hasattr(stt.embed_tokens, "scales") else stt.embed_tokens.weight.dtype
     codes = model._warmup_codec_codes(None)
-    from voicechat.session import Session
+    from voicechat.timeline.conversation import Session
     from voicechat.stt.perception import PerceptionStream
     from voicechat.benchmarks.frame import PROMPT, bench_input, speech_script
 

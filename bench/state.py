@@ -1,11 +1,11 @@
 """The state one conversation holds at its length, from the shapes alone (no weights):
 ``python -m bench.state --dims full --minutes 1,2,5,10 [--free-gb 136.9]``.
 
-Per length: the bytes ``voicechat.group.state_bytes`` gives (what admission weighs, docs/batching.md §4) for one
-conversation of that many minutes of timeline (750 positions a minute, the prompt's included; a row of a group whose
-longest conversation is that long holds as much), and of it the fixed part of a row (Mamba states, seen ids); with
-``--free-gb``, how many conversations capped at that length (``--max-minutes``) the admission takes in that much free
-memory (MEMORY_SHARE of it), in a group of that many rows at most (``max_sessions``).
+Per length: the bytes ``voicechat.timeline.admission.state_bytes`` gives (what admission weighs, docs/batching.md
+§4) for one conversation of that many minutes of timeline (750 positions a minute, the prompt's included; a row of a
+group whose longest conversation is that long holds as much), and of it the fixed part of a row (Mamba states, seen
+ids); with ``--free-gb``, how many conversations capped at that length (``--max-minutes``) the admission takes in
+that much free memory (MEMORY_SHARE of it), in a group of that many rows at most (``max_sessions``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from voicechat.config import FRAME_SECONDS
-from voicechat.group import MEMORY_SHARE, state_bytes
+from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
 from voicechat.random_checkpoint import DIMS, write_configs
 
 ITEMSIZE = {"tiny": 4, "medium": 4, "full": 2}  # the speech dtype each is benchmarked in (docs/batching.md §4)

@@ -68,7 +68,8 @@ def pytest_collection_modifyitems(items):
 
 def pytest_sessionfinish(session, exitstatus):
     """Name the threads the run left running (an engine's, a server's): a daemon thread still evaluating MLX when
-    the interpreter tears MLX down ends the process in std::terminate (voicechat/engine.py, ``_close_running``)."""
+    the interpreter tears MLX down ends the process in std::terminate (voicechat/engine/thread.py,
+    ``_close_running``)."""
     import sys
     import threading
 

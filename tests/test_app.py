@@ -382,7 +382,7 @@ def test_only_outputs_and_examples_are_served(served):
     assert http_status(served_file + str(EXAMPLE)) == 200
     assert http_status(served_file + str(app.APP_DIR / "app.py")) == 403
     assert http_status(served_file + str(app.ASSETS / "make_examples.py")) == 403
-    assert http_status(served_file + str(app.APP_DIR / "voicechat" / "engine.py")) == 403
+    assert http_status(served_file + str(app.APP_DIR / "voicechat" / "engine" / "thread.py")) == 403
     assert http_status(served_file + "/etc/passwd") == 403
     (outputs / "runs").mkdir(parents=True, exist_ok=True)
     assert http_status(served_file + str(outputs / "runs")) == 403  # no directory listings

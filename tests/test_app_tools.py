@@ -4,7 +4,7 @@ the timeline and in conversation.json; with no tool ticked the request carries n
 
 The app runs on the real tiny model in the engine, launched locally and driven through gradio_client. The tiny
 model's function head writes random ids, so its function channel is scripted through the session's test-only seam
-(``Model._recording(script=...)``, as ``_generate`` in tests/test_tools.py): one call to ``calculate`` a few
+(``open_recording(script=...)``, as ``_generate`` in tests/test_tools.py): one call to ``calculate`` a few
 positions after the system prompt, EOTR where the response ends.
 """
 
@@ -28,7 +28,8 @@ from gradio_client import Client, handle_file  # noqa: E402
 from test_app import ADVANCED_DEFAULTS, OUT, free_port, text_of  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
 from voicechat.result import FrameUpdate  # noqa: E402
-from voicechat.session import Frame  # noqa: E402
+from voicechat.timeline.conversation import Frame  # noqa: E402
+from voicechat.timeline.recording import open_recording  # noqa: E402
 from voicechat.tools import BUILTIN_TOOLS, ToolEvent, calculate, system_prompt  # noqa: E402
 from voicechat.tools.calls import response_text  # noqa: E402
 from voicechat.webui import record as record_tab  # noqa: E402
@@ -66,8 +67,8 @@ class ScriptedCall:
         start, _, response_end = self.layout(system_prompt, tools)
         ids = {start + i: f for i, f in enumerate(self.call_ids)} | {response_end: self.eotr}
         pad = self.model.config.pad_id
-        recording = self.model._recording(audio, sample_rate, system_prompt, seed, speaker, config, progress, tools,
-                                          script=lambda t: (None, ids.get(t, pad)), group=group)
+        recording = open_recording(self.model, audio, sample_rate, system_prompt, seed, speaker, config, progress,
+                                   tools, script=lambda t: (None, ids.get(t, pad)), group=group)
         self.recordings.append(recording)
         return recording
 

@@ -58,9 +58,9 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
 def test_voicechat_bench_sessions_on_the_demo_model_past_32_rows_reports_the_state_held(tmp_path):
     """``python -m voicechat bench --demo --sessions 1,36 --frames 20 --json F`` (issue 37's acceptance) on the CPU:
     36 rows, past the CUDA rows kernel's tile; per N the group's state in bytes (``state_bytes``: its arrays') and per
-    conversation, at least the conversations' own blocks (``voicechat.group.state_bytes``), every row stepped."""
+    conversation, at least its conversations' state (``admission.state_bytes``), every row stepped."""
     from voicechat import compute, load
-    from voicechat.group import state_bytes
+    from voicechat.timeline.admission import state_bytes
     from voicechat.random_checkpoint import write_tiny_checkpoint
 
     out = run("-m", "voicechat", "bench", "--demo", "--sessions", "1,36", "--frames", 20, "--json", tmp_path / "s.json")
@@ -175,7 +175,7 @@ def test_peer_harness_runs_voicechat_as_an_engine(tmp_path):
     """The harness's own driver (bench_peers.py) runs our adapter as a worker on the tiny model and tabulates it."""
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "nemo_model").symlink_to(NEMO / "tiny_model")
-    run("-m", "voicechat.benchmarks.peers", "--engines-json", tmp_path / "engines.json")
+    run("-m", "bench.peers", "--engines-json", tmp_path / "engines.json")
     run(PEER_HARNESS / "bench_peers.py", "--engines-json", tmp_path / "engines.json", "--root", tmp_path,
         "--ckpts", "tiny", "--engines", "voicechat", "--modes", "cache", "--runs", 1, "--json", tmp_path / "r.json")
     [row] = json.loads((tmp_path / "r.json").read_text())
@@ -197,7 +197,7 @@ def test_the_wheel_carries_no_lab_code(tmp_path):
     package = [n for n in names if ".dist-info/" not in n]
     assert all(n.startswith("voicechat/") for n in package), [n for n in package if not n.startswith("voicechat/")]
     assert sorted(Path(n).name for n in package if n.startswith("voicechat/benchmarks/")) == [
-        "__init__.py", "frame.py", "peers.py", "sessions.py", "workload.py"]
+        "__init__.py", "frame.py", "sessions.py", "workload.py"]
     assert not [n for n in package if n.endswith((".sh", ".log", ".json", ".txt"))]
 
 

@@ -9,7 +9,7 @@ from bench import capacity
 from voicechat.benchmarks import frame
 from voicechat.benchmarks.workload import bench_input
 from voicechat.cache import capacities
-from voicechat.api import WARM_POSITIONS
+from voicechat.model import WARM_POSITIONS
 
 
 @lru_cache(maxsize=None)

@@ -106,6 +106,16 @@ def test_unsupported_settings_are_refused_not_ignored():
             parse_config(cfg, tiny_llm())
 
 
+def test_a_frame_other_than_80_ms_is_refused():
+    """The checkpoint's frame_length states the timeline's one frame (voicechat/frame.py); another is one clear
+    error, not a second frame length beside the one every room counts in."""
+    cfg = nested_tiny()
+    assert parse_config(cfg, tiny_llm()).frame_length == 0.08
+    cfg["data"]["frame_length"] = 0.04
+    with pytest.raises(ConfigError, match="frame is 0.04 s; voicechat runs NVIDIA's 0.08 s timeline"):
+        parse_config(cfg, tiny_llm())
+
+
 def test_top_p_or_k_follows_the_python_type():
     assert split_top_p_or_k(0.95) == (0.95, None)
     assert split_top_p_or_k(1) == (None, 1)

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from voicechat.benchmarks import count_ops
 from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.errors import CheckpointError, ConfigError
-from voicechat.model import DERIVED_KEYS
+from voicechat.network import DERIVED_KEYS
 from voicechat.tts.eartts import (Codebook, RVQEARTTSModel, WarmupInputs, depthsum, nearest_code, prompt_samples,
                                   unmasking_schedule, warmup_inputs, warmup_waveform)
 from voicechat.tts.mog import KeyNoise
@@ -151,7 +151,7 @@ def test_checkpoint_without_flag_buffers():
 
 
 def test_warmup_in_pieces_of_layers_is_the_one_forward():
-    """A joining conversation's set-up runs the warm-up forward a few layers a stage (voicechat/session.py
+    """A joining conversation's set-up runs the warm-up forward a few layers a stage (voicechat/timeline/conversation.py
     ``_set_up``): each piece evaluated before the next, the caches are those of the one forward, bit for bit."""
     model, weights, _ = checkpoint("tiny_model_aria")
     inputs = recorded_warmup(reference("greedy_aria"))

@@ -28,7 +28,7 @@ from voicechat.audio import prepare_input
 from voicechat.errors import AudioInputError, ConfigError, ModelUnavailable
 from voicechat.config import GenerationConfig
 from voicechat.result import FrameUpdate, Result
-from voicechat.session import Frame
+from voicechat.timeline.conversation import Frame
 from voicechat.tokenizer import TextTokenizer
 
 TESTS = Path(__file__).parent
@@ -120,8 +120,9 @@ class ScriptedModel:
 
 
 class ScriptedRecording:
-    """``ScriptedModel.recording``: the engine's contract of voicechat.api.OfflineInput (``advance`` until it says
-    the run is over, ``result``, ``session.close`` / ``session.waits_for_tool``); a frame per ``advance``."""
+    """``ScriptedModel.recording``: the engine's contract of voicechat.timeline.recording.OfflineInput (``advance``
+    until it says the run is over, ``result``, ``session.close`` / ``session.waits_for_tool``); a frame per
+    ``advance``."""
 
     def __init__(self, model: ScriptedModel, audio, sample_rate, system_prompt, seed, speaker, config, progress):
         model.threads.add(threading.get_ident())
@@ -815,6 +816,14 @@ def test_the_recording_rows_are_at_least_one():
         eng.Engine(loader_for(ScriptedModel()), name="scripted", max_recordings=0)
 
 
+def test_the_live_conversations_are_at_least_one():
+    """The engine's admission owns the limit: 0 is refused, not taken for one (None: as many as fit)."""
+    with pytest.raises(ConfigError, match="max_sessions must be at least 1, got 0"):
+        eng.Engine(loader_for(ScriptedModel()), name="scripted", max_sessions=0)
+    with pytest.raises(ConfigError, match="--max-sessions must be at least 1, got -1"):
+        eng.check_limits(-1, flags=True)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # recordings that wait for memory, on the real tiny model under a real memory limit
 # ---------------------------------------------------------------------------------------------------------------
@@ -826,7 +835,7 @@ def memory_for(model, conversations: float):
     so 1.5 admits one conversation and refuses a second while the first runs."""
     import mlx.core as mx
     from voicechat import compute
-    from voicechat.group import MEMORY_SHARE, state_bytes
+    from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
     from voicechat.limits import TIMELINE_LIMIT
 
     one = state_bytes(model.config, [TIMELINE_LIMIT], compute.speech_dtype().size)

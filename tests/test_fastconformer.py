@@ -16,7 +16,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from voicechat.checkpoint import load_config, load_into, read_weights
 from voicechat.config import EncoderConfig
-from voicechat.model import DERIVED_KEYS
+from voicechat.network import DERIVED_KEYS
 from voicechat.stt.fastconformer import (ConformerEncoder, ConvSubsampling, RelPositionMultiHeadAttention,
                                          attention_context, skew_to_keys, subsampled_length)
 from voicechat.stt.perception import Perception

@@ -100,7 +100,7 @@ def test_config_is_the_nemo_config(converted):
 @pytest.mark.parametrize("run", ["greedy_aria", "sampled_aria"])
 def test_generation_matches_nemo(converted, run):
     """The converted folder in voicechat gives NeMo 3.0.0's text id at every position, its codes in every frame and
-    its waveform (what voicechat gives on the NeMo folder itself, tests/test_api.py)."""
+    its waveform (what voicechat gives on the NeMo folder itself, tests/test_model.py)."""
     from conftest import ReplayNoise
 
     ref = {**np.load(NEMO / "greedy" / "reference.npz"), **np.load(NEMO / run / "reference.npz")}

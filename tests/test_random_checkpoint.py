@@ -9,7 +9,7 @@ import pytest
 
 from conftest import TESTS
 from voicechat.checkpoint import read_weights
-from voicechat.model import DERIVED_KEYS
+from voicechat.network import DERIVED_KEYS
 from voicechat.random_checkpoint import MARKER, main, write_checkpoint
 
 

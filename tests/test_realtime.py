@@ -29,7 +29,7 @@ from pydantic import TypeAdapter  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from voicechat import realtime  # noqa: E402
-from voicechat.session import Frame, Session  # noqa: E402
+from voicechat.timeline.conversation import Frame, Session  # noqa: E402
 from voicechat.tools import Tool  # noqa: E402
 
 GA_EVENT = TypeAdapter(RealtimeServerEvent)
@@ -799,7 +799,7 @@ class Scripted:
 
     def sessions(self, max_sessions):
         """The engine's group: its conversations follow the script too."""
-        from voicechat.group import SessionGroup
+        from voicechat.timeline.loop import SessionGroup
 
         scripted = self
 

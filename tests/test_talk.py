@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_realtime import Scripted, tiny_model  # noqa: E402,F401  (tiny_model: the demo model, a fixture)
 from voicechat import engine as eng  # noqa: E402
+from voicechat.frame import FRAME_SECONDS  # noqa: E402
 from voicechat.result import CONVERSATION_FIELDS  # noqa: E402
 from voicechat.tools import calculate  # noqa: E402
 from voicechat.webui import stream, talk  # noqa: E402
@@ -296,6 +297,7 @@ def test_the_status_measures_the_speed_and_says_when_the_model_is_busy(served):
     status = settled(served)
     assert status["speed"]["state"] == "measured", status["speed"]
     assert status["model"]["state"] == "ready" and status["lag_limit_ms"] == 2000
+    assert status["frame_ms"] == 1000 * FRAME_SECONDS  # the page's frame: the server's one constant
     assert [t["name"] for t in status["tools"]] == ["get_current_time", "calculate", "convert_units"]
     s = status["speed"]
     assert s["frames"] == talk.SPEED_FRAMES and s["p50_ms"] <= s["p95_ms"]

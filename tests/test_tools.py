@@ -22,7 +22,7 @@ from voicechat.answer import make_answer
 from voicechat.__main__ import main
 from voicechat.errors import ConfigError, ToolError
 from voicechat.result import conversation_json
-from voicechat.session import Session
+from voicechat.timeline.conversation import Session
 from voicechat.llm import lm
 from voicechat.random_checkpoint import write_tiny_checkpoint, write_tokenizer
 from voicechat.tokenizer import TextTokenizer

@@ -3,7 +3,7 @@ warm-up caches came from a conversation before equals the same conversation on a
 a known voice's set-up skips the warm-up's stages; two speakers never share caches; the model keeps a few.
 
 The reference is the conversation alone on a model freshly loaded (nothing kept): its set-up runs the warm-up
-forward itself, as every set-up did before the caches were kept. tests/test_session.py checks that lone session
+forward itself, as every set-up did before the caches were kept. tests/test_conversation.py checks that lone session
 against NeMo's offline output."""
 
 import numpy as np
@@ -11,12 +11,12 @@ import pytest
 
 from conftest import HARNESS_WAV, NEMO
 import voicechat
-from voicechat.api import WARM_VOICES, content_key
-from voicechat.model import prompt_frames
-from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
+from voicechat.model import WARM_VOICES, content_key
+from voicechat.network import prompt_frames
+from voicechat.timeline.conversation import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
-from test_group import RATE, SPEAKER, Talk, alone, assert_same, drive, noise
-from test_session import TTS, recording
+from test_loop import RATE, SPEAKER, Talk, alone, assert_same, drive, noise
+from test_conversation import TTS, recording
 
 CLONED = str(HARNESS_WAV)  # a voice cloned from a recording (the question's speaker), unlike either checkpoint's
 # the voice of the conversation that runs while another joins: none of the voices the tests join with
@@ -33,7 +33,7 @@ def stages_without_warm_up(prompt_positions: int) -> int:
 
 
 def stages_with_warm_up(m, prompt_positions: int) -> int:
-    """A new voice's set-up: the codes' stage, the warm-up's stages, the prefill's, the join's (as tests/test_group.py
+    """A new voice's set-up: the codes' stage, the warm-up's stages, the prefill's, the join's (as tests/test_loop.py
     counts)."""
     layers = len(m.net.tts_model.tts_model.backbone.layers)
     return 1 + -(-layers // WARMUP_STAGE_LAYERS) + -(-prompt_positions // PREFILL_STAGE) + 1

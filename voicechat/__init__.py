@@ -9,8 +9,8 @@ from . import compute  # noqa: F401  (preloads an optimized BLAS before anything
 from .config import NVIDIA_SAMPLING, GenerationConfig
 from .errors import (AudioInputError, Cancelled, CheckpointError, ConfigError, ModelUnavailable, TimelineFull,
                      ToolError, VoiceChatError)
-from .api import Model, load
-from .session import Frame, Session
+from .model import Model, load
+from .timeline.conversation import Frame, Session
 from .result import FrameUpdate, Result
 from .tools import Tool, ToolCall, tool
 

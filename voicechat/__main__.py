@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
-from .errors import AudioInputError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
+from .errors import AudioInputError, ConfigError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
 from .files import checked_folder, checked_output, distinct_files, write_atomically
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 from .voices import VoiceError
@@ -330,10 +330,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
                          "(or pip install \"voicechat[app]\")") from None
-    if a.max_sessions is not None and a.max_sessions < 1:
-        raise UsageError(f"--max-sessions must be at least 1, got {a.max_sessions}")
-    if a.max_minutes is not None:
-        check_range("max_minutes", "--max-minutes", a.max_minutes, 0.0, low_open=True)
+    from .engine import check_limits
+
+    try:
+        check_limits(a.max_sessions, max_minutes=a.max_minutes, flags=True)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
     if a.allow_voice_add and not a.api_key:
         raise UsageError("--allow-voice-add lets clients write voices into the library: give --api-key too")
     if not a.ray:

@@ -424,32 +424,21 @@ class BatchProgress:
 
 
 class Running:
-    """An item in flight: its conversation in the group and the input still to give it (the offline loop's,
-    :class:`voicechat.api.OfflineInput`)."""
+    """An item in flight: its conversation in the group and the input still to give it (the model's recording set-up,
+    ``Model.recording``: :class:`voicechat.timeline.recording.OfflineInput`)."""
 
     def __init__(self, model, group, item: Item, folder: Path, settings: RunSettings):
-        from .audio import prepare_input
-        from .limits import check_timeline, run_positions
-        from .api import OfflineInput
-        from .tools import system_prompt as tool_prompt
-
-        cfg = model.config
         self.item, self.folder, self.gen = item, folder, item_generation(item, settings)
         self.samples, self.rate = read_item(item, self.gen)
-        x = prepare_input(self.samples, self.rate, cfg.input_sample_rate, cfg.samples_per_input_frame,
-                          self.gen.max_input_seconds)
-        prompt = value(item.system_prompt, settings.system_prompt)
-        self.total = run_positions(model, len(x), tool_prompt(prompt, settings.tools), self.gen)
-        check_timeline(self.total, "extra_seconds" if self.gen.fixed_length else "max_extra_seconds")
         self.t0 = time.perf_counter()
-        self.session = group.session(prompt, value(item.seed, settings.seed), value(item.speaker, settings.speaker),
-                                     self.gen, settings.tools)
-        self.input = OfflineInput(model, self.session, x, self.gen.silence_samples(cfg.input_sample_rate),
-                                  self.gen.fixed_length)
+        self.input = model.recording(self.samples, self.rate, value(item.system_prompt, settings.system_prompt),
+                                     value(item.seed, settings.seed), value(item.speaker, settings.speaker), self.gen,
+                                     tools=settings.tools, group=group)
+        self.session = self.input.session
 
     @property
     def fraction(self) -> float:
-        return min(1.0, self.session.position / max(self.total, 1))
+        return min(1.0, self.session.position / max(self.input.positions, 1))
 
 
 def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings, sessions: int = 1,

@@ -160,7 +160,7 @@ class CompiledFunctions:
 
 class Derived:
     """An array computed from a weight once (and again only if the weight is replaced), kept outside the parameter
-    tree. :func:`voicechat.model.prepare` fills every one at load, so none is first computed inside a compiled
+    tree. :func:`voicechat.network.prepare` fills every one at load, so none is first computed inside a compiled
     function."""
 
     def __init__(self):

@@ -1,4 +1,5 @@
-"""Typed configuration of the whole model: one frozen dataclass per network and for a run, and the timeline's facts.
+"""Typed configuration of the whole model: one frozen dataclass per network and for a run (the 80 ms frame itself is
+voicechat/frame.py's).
 
 Every field has exactly one default, in its dataclass: what NVIDIA's code (NeMo, docs/model.md §4.2) uses when a config
 leaves the key out. Reading config.json formats into these is ``config_formats.py``'s job (docs/checkpoints.md §2).
@@ -10,9 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-FRAME_SECONDS = 0.08  # one step of the model's timeline (docs/model.md §1.2): 1280 input samples, 1764 output samples
-INPUT_SAMPLE_RATE = 16000  # what the model hears (docs/model.md §1.2); checkpoints may say otherwise in their config
-OUTPUT_SAMPLE_RATE = 22050  # what the codec speaks (docs/model.md §1.2)
+from .errors import ConfigError
+from .frame import FRAME_SECONDS, INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
+from .limits import check_generation
+
 MAX_INPUT_SECONDS = 600.0  # longer recordings are refused (10 minutes)
 MAX_LAG_SECONDS = 2.0  # a live conversation this far behind real time stops (docs/live.md; the page reads it)
 
@@ -304,6 +306,12 @@ class ModelConfig:
     quantization: Optional[QuantizationConfig] = None
     format: str = "nested"
 
+    def __post_init__(self):
+        # a checkpoint's frame states the one every room counts in (voicechat/frame.py), never another
+        if not math.isclose(self.frame_length, FRAME_SECONDS):
+            raise ConfigError(f"this checkpoint's frame is {self.frame_length:g} s; voicechat runs NVIDIA's "
+                              f"{FRAME_SECONDS:g} s timeline")
+
     @property
     def samples_per_input_frame(self) -> int:
         return round(self.frame_length * self.input_sample_rate)
@@ -328,8 +336,6 @@ class GenerationConfig:
     turn_markers: bool = False  # NVIDIA's <|t|> / <$t$> markers in the assistant text (docs/model.md §1.3)
 
     def __post_init__(self):
-        from .limits import check_generation  # (limits reads FRAME_SECONDS from here)
-
         check_generation(self)
 
     @property

@@ -33,6 +33,8 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import RequestRouter
 
+from .engine import check_limits
+from .errors import ConfigError
 from .limits import DEFAULT_IDLE_SECONDS
 from .realtime import PATH, ClientEventError, ServeError, create_app, error_event, event_text, loaded_engine
 
@@ -138,8 +140,10 @@ def application(*, model: str, demo: bool = False, offline: bool = False, api_ke
                 gpus_per_replica: float = 0.0, replicas_per_node: Optional[int] = None):
     """The bound Ray Serve application: ``replicas`` replicas of ``Realtime``, each holding up to ``max_sessions``
     conversations, each on ``gpus_per_replica`` GPUs (0: none reserved, as on a Mac or a CPU host)."""
-    if max_sessions < 1:
-        raise ArgumentError(f"--max-sessions must be at least 1 (got {max_sessions})")
+    try:
+        check_limits(max_sessions, flags=True)
+    except ConfigError as e:
+        raise ArgumentError(str(e)) from None
     if replicas < 1:
         raise ArgumentError(f"--replicas must be at least 1 (got {replicas})")
     placement = {"max_replicas_per_node": replicas_per_node} if replicas_per_node else {}

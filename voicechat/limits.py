@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .config import FRAME_SECONDS
+from .frame import FRAME_SECONDS
 from .errors import VoiceChatError
 
 # positions: NVIDIA's streaming max_len (655 s, docs/streaming.md §7); the TTS window is 7500 more

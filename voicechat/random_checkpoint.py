@@ -34,7 +34,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .config_formats import NANO_9B_V2_CONFIG, parse_nested, with_token_ids
-from .model import DERIVED_KEYS, VoiceChatModel, derive_missing
+from .network import DERIVED_KEYS, VoiceChatModel, derive_missing
 from .tokenizer import TextTokenizer
 from .tools import Tool, system_prompt
 

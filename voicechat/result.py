@@ -20,7 +20,7 @@ class FrameUpdate:
     frames_per_second: float  # timeline frames computed per wall second so far (12.5 = real time)
     text: str  # the assistant's text so far
     function_text: str  # the function channel so far
-    frame: Any = None  # "frames": the voicechat.session.Frame just finished (its new answer samples in .audio)
+    frame: Any = None  # "frames": the voicechat.Frame just finished (its new answer samples in .audio)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import numpy as np
 from .audio import check_recording, read_audio, resample, to_float32
 from .config import GenerationConfig
 from .errors import AudioInputError, VoiceChatError
+from .timeline.recording import answer, open_recording
 from .tts.eartts import prompt_samples
 
 LIBRARY_FOLDER = "voices"  # the library's folder inside the app's outputs (and the command line's ./outputs)
@@ -266,16 +267,16 @@ def preview_script(token_ids: Sequence[int], bos_id: int, eos_id: int, pad_id: i
 
 def preview(model, voice: Optional[Voice], sentence: str = PREVIEW_SENTENCE, seed: int = 0):
     """The TTS saying ``sentence`` in ``voice``, alone -> Result (its ``audio``)."""
-    return model._answer(preview_recording(model, voice, sentence, seed))
+    return answer(preview_recording(model, voice, sentence, seed))
 
 
 def preview_recording(model, voice: Optional[Voice], sentence: str = PREVIEW_SENTENCE, seed: int = 0, progress=None,
                       group=None):
     """A preview's conversation: a session over silence whose text channel is the sentence (:func:`preview_script`),
     so the model's own words never enter it; in ``group`` as ``Model.recording`` starts one (alone without).
-    -> voicechat.api.OfflineInput"""
+    -> voicechat.timeline.recording.OfflineInput"""
     c = model.config
     script, positions = preview_script(model.tokenizer.encode(sentence), c.bos_id, c.eos_id, c.pad_id)
     silence = np.zeros(positions * c.samples_per_input_frame, np.float32)
-    return model._recording(silence, c.input_sample_rate, seed=seed, speaker=voice,
-                            config=GenerationConfig(extra_seconds=0.0), progress=progress, script=script, group=group)
+    return open_recording(model, silence, c.input_sample_rate, seed=seed, speaker=voice,
+                          config=GenerationConfig(extra_seconds=0.0), progress=progress, script=script, group=group)

@@ -1,5 +1,5 @@
-"""``voicechat bench`` (frame.py on workload.py's input), the peer harness's adapter (peers.py) and the graph and
-memory counters they share. The lab's part-by-part benchmarks are in the repository's bench/ (not installed).
+"""``voicechat bench`` (frame.py on workload.py's input) and the graph and memory counters it shares with the lab.
+The lab's part-by-part benchmarks and the peer harness's adapter are in the repository's bench/ (not installed).
 
 They print numbers; nothing here asserts a time.
 """

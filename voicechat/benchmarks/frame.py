@@ -53,7 +53,7 @@ def speech_script(model, prompt_frames: int):
 
 def frame_ops(model) -> dict:
     """Graph nodes of one timeline frame per network (parameters and state evaluated first)."""
-    from ..session import Session
+    from ..timeline.conversation import Session
     from ..llm import lm
     from ..tts.mog import KeyNoise
 
@@ -114,7 +114,7 @@ WINDOW = 250  # frames (20 s) per row of a long session's per-window statistics
 def live(model, x: np.ndarray, workload: str, seed: int = 0) -> dict:
     """A session fed 80 ms at a time: each feed completes one frame; its duration is the latency from the completed
     input frame to its samples, and the frame's own compute."""
-    from ..session import Session
+    from ..timeline.conversation import Session
 
     t0 = time.perf_counter()
     p = model.prompt_length(PROMPT)

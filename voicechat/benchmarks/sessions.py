@@ -26,7 +26,7 @@ from .. import compute
 import mlx.core as mx
 
 from ..files import write_atomically
-from ..group import SessionGroup
+from ..timeline.loop import SessionGroup
 from . import count_ops, peak_memory_gb
 from .frame import speech_script
 from .workload import FRAME, PROMPT, RATE, bench_input, stats
@@ -63,7 +63,7 @@ class CountingGroup(SessionGroup):
 def run_group(model, n: int, frames: int) -> dict:
     """N staggered conversations, each fed 80 ms a tick from its start until ``frames`` ticks have run with all N past
     their prompts (so every conversation has input through the measured ticks); the statistics of those ticks."""
-    from ..session import Session
+    from ..timeline.conversation import Session
 
     group = CountingGroup(model, n)
     x = bench_input(frames)  # the question repeated; each conversation goes round it from its start

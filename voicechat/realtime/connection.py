@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 import traceback
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
 from starlette.websockets import WebSocketDisconnect
 
@@ -18,9 +18,6 @@ from ..limits import SettingError
 from .conversation import RealtimeConversation
 from .protocol import (RATE, SESSION_PARAMS, ClientEventError, SessionConfig, decode_audio, error_event, event_kind,
                        event_text, expect, new_id, parse_client_event, voice_json)
-
-if TYPE_CHECKING:
-    from .server import RealtimeServer
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
@@ -42,9 +39,10 @@ DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the cli
 class Connection:
     """A client's conversation: reads client events, feeds audio to the engine's live session, and sends the GA
     events its frames map to. Three tasks: the reader, the writer (the only one that sends), and the follower of the
-    live session's events (fed by a thread that waits on the engine)."""
+    live session's events (fed by a thread that waits on the engine). ``server``: the RealtimeServer that accepted it
+    (this module stays below server.py, which imports it)."""
 
-    def __init__(self, server: "RealtimeServer", websocket, name: str, frames_event: bool):
+    def __init__(self, server, websocket, name: str, frames_event: bool):
         self.server, self.ws, self.name = server, websocket, name
         self.config, self.configured = SessionConfig(), False
         self.conversation = RealtimeConversation(frames_event)

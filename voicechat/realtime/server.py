@@ -167,8 +167,8 @@ class ServeError(VoiceChatError):
 def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None,
                   max_minutes: Optional[float] = None):
     """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
-    voicechat.group.fitting_sessions), each of ``max_minutes`` at most (None: the timeline's limit), and wait until
-    its model has loaded: (the engine, the model's name).
+    voicechat.timeline.admission.fitting_sessions), each of ``max_minutes`` at most (None: the timeline's limit), and
+    wait until its model has loaded: (the engine, the model's name).
     ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import tempfile
     import time
@@ -194,7 +194,7 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
           idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
           voices: Optional[Path] = None, voice_add: bool = False, max_minutes: Optional[float] = None) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
-    conversations at once; None: as many as fit, voicechat.group.fitting_sessions) until interrupted."""
+    conversations at once; None: as many as fit, voicechat.timeline.admission.fitting_sessions) until interrupted."""
     import socket
 
     import uvicorn

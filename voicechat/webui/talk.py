@@ -58,7 +58,7 @@ from .voices import VoiceActions
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_URL = "/webui"  # the page's JS modules and worklets
 API = "/live"
-FRAME_MS = 80.0  # one timeline position (config.frame_length)
+FRAME_MS = 1000 * FRAME_SECONDS  # one timeline position; the page reads it from /live/status
 KEEPS_UP_MS = 0.8 * FRAME_MS  # median compute per frame below this: keeps up with room for the page and the network
 SPEED_FRAMES = 12  # silent frames the speed check measures (after its warm-up frames) ...
 SPEED_WARMUP = 2  # ... the first ones, which may compile or fill caches
@@ -289,7 +289,7 @@ class TalkLive:
         since = self.recorder.open_since()
         busy = len(self.realtime.active) >= self.engine.max_sessions  # every conversation slot is taken
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
-                "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s),
+                "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s), "frame_ms": FRAME_MS,
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
                 "key_required": bool(self.realtime.api_key),
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()],

@@ -11,7 +11,6 @@ import { VoiceControls } from './voices.js';
 
 const API = '/live';
 const RATE = 24000; // the Realtime API's PCM16 rate, both ways
-const FRAME_MS = 80;
 const STATS_WINDOW = 250; // frames (20 s) in the compute percentiles
 const POLL_MS = 2000;
 const TICK_MS = 250; // stats and the lag check
@@ -155,7 +154,7 @@ class LiveTalk {
     this.sent = 0; // samples at 24 kHz sent to the model
     this.compute = []; // per-frame compute (ms), the last STATS_WINDOW frames
     this.frames = 0;
-    this.slow = 0; // frames that took longer than 80 ms to compute
+    this.slow = 0; // frames that took longer than a frame (the server's frame_ms) to compute
     this.guard = new LagGuard(this.server.lag_limit_ms);
     this.exchange = false; // a tool exchange holds the user's audio
     this.userItems = new Map(); // item id -> its paragraph in the transcript
@@ -182,8 +181,9 @@ class LiveTalk {
     if (this.state === 'live' && this.guard.tooFar(performance.now())) {
       const behind = (this.guard.behind(performance.now()) / 1000).toFixed(1);
       const mean = this.compute.reduce((a, b) => a + b, 0) / this.compute.length;
-      const why = this.compute.length ? `a frame took ${mean.toFixed(0)} ms of computing on average, for ${FRAME_MS} ` +
-                                        'ms of audio' : 'no frame had come back yet';
+      const frame = this.server.frame_ms;
+      const why = this.compute.length ? `a frame took ${mean.toFixed(0)} ms of computing on average, for ${frame} ms ` +
+                                        'of audio' : 'no frame had come back yet';
       this.stop('error', 'Stopped: this machine fell behind', `The model was ${behind} s behind your voice (the ` +
                 `limit is ${this.guard.limit / 1000} s): ${why}. The conversation so far can be saved.`);
     }
@@ -244,15 +244,15 @@ class LiveTalk {
     const behind = this.state === 'live' ? this.guard.behind(performance.now()) : 0;
     const values = {
       frames: this.frames, computeP50Ms: p50.toFixed(1), computeP95Ms: p95.toFixed(1),
-      realtimeFactor: (mean / FRAME_MS).toFixed(2), slowFrames: this.slow, behindMs: behind.toFixed(0),
+      realtimeFactor: (mean / this.server.frame_ms).toFixed(2), slowFrames: this.slow, behindMs: behind.toFixed(0),
       bufferedMs: (stats.bufferedMs || 0).toFixed(0), receivedSamples: stats.received || 0,
       playedSamples: stats.played || 0, lateCount: stats.underruns || 0, droppedSamples: stats.dropped || 0,
       sentSamples: this.sent,
     };
     Object.assign(this.el.stats.dataset, values);
     const ms = (samples) => ((1000 * samples) / RATE).toFixed(0);
-    this.el.stats.textContent = `${values.frames} frames · compute per ${FRAME_MS} ms frame: p50 ${values.computeP50Ms} ` +
-      `ms, p95 ${values.computeP95Ms} ms · RTF ${values.realtimeFactor} · slow frames ${values.slowFrames} · ` +
+    this.el.stats.textContent = `${values.frames} frames · compute per ${this.server.frame_ms} ms frame: ` +
+      `p50 ${values.computeP50Ms} ms, p95 ${values.computeP95Ms} ms · RTF ${values.realtimeFactor} · slow frames ${values.slowFrames} · ` +
       `behind ${values.behindMs} ms\nplayer: buffered ${values.bufferedMs} ms · played ` +
       `${(values.playedSamples / RATE).toFixed(1)} s · late ${values.lateCount} · dropped ${ms(values.droppedSamples)} ms` +
       ` · sent ${(this.sent / RATE).toFixed(1)} s`;
@@ -312,7 +312,7 @@ const EVENTS = {
   },
   'voicechat.session.queued'(event) {
     this.state = 'queued';
-    this.card('wait', 'Starting', 'The model takes the conversation in at its next 80 ms step.');
+    this.card('wait', 'Starting', `The model takes the conversation in at its next ${this.server.frame_ms} ms step.`);
   },
   'voicechat.session.ready'(event) {
     this.state = 'live';
@@ -348,7 +348,7 @@ const EVENTS = {
     const ms = event.compute_ms.total;
     this.compute.push(ms);
     if (this.compute.length > STATS_WINDOW) this.compute.shift();
-    if (ms > FRAME_MS) this.slow += 1;
+    if (ms > this.server.frame_ms) this.slow += 1;
     for (const e of event.events) {
       if (e.kind === 'call_start') this.exchange = true;
       else if (e.kind === 'end') this.exchange = false;

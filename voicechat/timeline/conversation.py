@@ -24,22 +24,22 @@ from typing import Generator, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from . import compute
+from .. import compute
 import mlx.core as mx
 
-from .audio import to_float32
-from .config import GenerationConfig
-from .errors import AudioInputError, ConfigError, TimelineFull
-from .group import Row, SessionGroup
-from .limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
-from .result import Result
-from .llm import lm
-from .stt.perception import PerceptionStream, SteadyFrame, timeline_frames
-from .stt.rnnt import RNNTGreedy, Transcript
-from .tokenizer import TextStream, channel_text
-from .tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
-from .tts.eartts import TTSSettings, TTSState, warmup_inputs
-from .tts.mog import KeyNoise
+from ..audio import to_float32
+from ..config import GenerationConfig
+from ..errors import AudioInputError, ConfigError, TimelineFull
+from .loop import Row, SessionGroup
+from ..limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
+from ..result import Result
+from ..llm import lm
+from ..stt.perception import PerceptionStream, SteadyFrame, timeline_frames
+from ..stt.rnnt import RNNTGreedy, Transcript
+from ..tokenizer import TextStream, channel_text
+from ..tools import Tool, ToolCall, ToolChannel, system_prompt as tool_prompt
+from ..tts.eartts import TTSSettings, TTSState, warmup_inputs
+from ..tts.mog import KeyNoise
 
 CODEC_CONTEXT_FRAMES = 8  # causal codec decoder: left context that makes a cut-out decode equal the full one
 LISTEN_BLOCK_FRAMES = 64  # encoder frames computed in one go at most (bounds memory when a long recording arrives)
@@ -125,7 +125,8 @@ class Session:
                  profile: bool = False, on_frame=None, script=None, group: Optional[SessionGroup] = None):
         """``tools``: the :class:`voicechat.tools.Tool` objects the model may call (at most 5); the system prompt the
         model reads is then ``voicechat.tools.system_prompt(system_prompt, tools)``. ``group``: the
-        :class:`~voicechat.group.SessionGroup` whose ticks step this conversation with others (docs/batching.md);
+        :class:`~voicechat.timeline.loop.SessionGroup` whose ticks step this conversation with others
+        (docs/batching.md);
         without one it is a group of one, and its prompt's positions run here.
 
         Private seams for tests and benchmarks: ``noise`` replays the TTS draws, ``profile`` splits the timings,
@@ -291,7 +292,7 @@ class Session:
 
     def push(self, samples, sample_rate: int) -> None:
         """``feed`` without running a position: the audio is heard (its encoder frames computed) and waits for the
-        group's next ticks (:meth:`voicechat.group.SessionGroup.step`)."""
+        group's next ticks (:meth:`voicechat.timeline.loop.SessionGroup.step`)."""
         for _ in self._listened(samples, sample_rate):
             mx.eval([a for entry in self.heard if not isinstance(entry, SteadyFrame) for a in entry[:2]],
                     self.listener.arrays())
@@ -424,7 +425,8 @@ class Session:
 
     def input_used(self) -> bool:
         """Whether every position the audio so far allows has run (the offline loop then gives the next piece,
-        voicechat.api.OfflineInput); not while its set-up runs or a running tool holds the conversation."""
+        voicechat.timeline.recording.OfflineInput); not while its set-up runs or a running tool holds the
+        conversation."""
         return not self.setting_up and not self._ready() and not self.waits_for_tool()
 
     def waits_for_tool(self) -> bool:
@@ -475,7 +477,7 @@ class Session:
         """Every tool call so far, finished or not."""
         return self.tool_channel.records() if self.tool_channel is not None else []
 
-    # -- this conversation's part of the group's frame loop (voicechat/group.py) ----------------------------------
+    # -- this conversation's part of the group's frame loop (voicechat/timeline/loop.py) --------------------------
     def _fixes(self, row: Row) -> tuple:
         """The ids fixed for this row's position on the host: (text id, function id, the function id that turns the
         text into pad), None where the model's stand. The test and benchmark seam ``script`` first, then over the

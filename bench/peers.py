@@ -1,7 +1,9 @@
 """voicechat as an engine of the project's shared peer harness (its ``bench_peers.py --engines-json``).
 
-    python -m voicechat.benchmarks.peers --ckpt DIR --mode cache --runs 5      # a worker: prints ONE JSON line
-    python -m voicechat.benchmarks.peers --engines-json engines.json           # writes the engine description
+    python -m bench.peers --ckpt DIR --mode cache --runs 5      # a worker: prints ONE JSON line
+    python -m bench.peers --engines-json engines.json           # writes the engine description
+
+(from the repository root, as every bench module.)
 
 The workload is the harness's: question_16k.wav, system prompt "You are a helpful assistant.", seed 0, greedy TTS
 (guidance 0.5, top-1 component, noise 0), one warm-up and ``--runs`` timed offline generations with the codec
@@ -18,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-HARNESS = Path(os.environ.get("NEMO_HARNESS", Path(__file__).resolve().parents[3] / "shared/reference/nemo-harness"))
+HARNESS = Path(os.environ.get("NEMO_HARNESS", Path(__file__).resolve().parents[2] / "shared/reference/nemo-harness"))
 PEER_HARNESS = Path(os.environ.get("PEER_HARNESS", HARNESS.parent / "peer-harness"))
 PROMPT = "You are a helpful assistant."
 
@@ -32,7 +34,7 @@ def machine_load() -> str:
 
 
 def worker(ckpt: str, runs: int) -> dict:
-    from .. import GenerationConfig, load
+    from voicechat import GenerationConfig, load
 
     before = machine_load()
     t0 = time.perf_counter()
@@ -56,7 +58,7 @@ def worker(ckpt: str, runs: int) -> dict:
 
 
 def engines_json(path: str) -> None:
-    spec = {"voicechat": {"cmd": [sys.executable, "-m", "voicechat.benchmarks.peers", "--ckpt", "{ckpt}",
+    spec = {"voicechat": {"cmd": [sys.executable, "-m", "bench.peers", "--ckpt", "{ckpt}",
                                   "--mode", "{mode}", "--runs", "{runs}"], "ckpt": "nemo_model"}}
     Path(path).write_text(json.dumps(spec, indent=1))
 

@@ -16,8 +16,8 @@ import soundfile as sf
 from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, GenerationConfig, TimelineFull
-from voicechat import session as session_module
-from voicechat.session import Session
+from voicechat.timeline import conversation as session_module
+from voicechat.timeline.conversation import Session
 from voicechat.answer import channel_pieces, make_answer
 from voicechat.tokenizer import TextStream, TextTokenizer
 

@@ -5,7 +5,7 @@ with a leading row axis, one row per conversation (the LLM's Mamba states and ke
 caches with each conversation's two CFG rows, the codec decoder's streams, the previous ids and codes, the text
 channel's random keys and seen ids, the TTS draws' keys). A tick steps every conversation whose next position is
 ready as one call per network over all rows; a row that is not ready keeps its state exactly (its caches' positions do
-not advance, its recurrent states are kept with a ``where``). Each :class:`~voicechat.session.Session` keeps its host
+not advance, its recurrent states are kept with a ``where``). Each :class:`~voicechat.Session` keeps its host
 side: its streaming encoder, transcript, text streams, tool channel and its result. A lone session is a group of
 one, so the per-frame code below is the only frame loop there is.
 
@@ -26,28 +26,21 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
-from . import compute
+from .. import compute
 import mlx.core as mx
 
-from .cache import capacity_for
-from .errors import ConfigError, SessionsFull
-from .config import FRAME_SECONDS
-from .limits import TIMELINE_LIMIT
-from .model import prompt_frames
-from .llm import lm
-from .stt.perception import PerceptionRows, SteadyFrame
-from .tts.eartts import TTSState
-from .tts.mog import KeyNoise, key_draws
+from ..errors import ConfigError
+from ..llm import lm
+from ..stt.perception import PerceptionRows, SteadyFrame
+from ..tts.eartts import TTSState
+from ..tts.mog import KeyNoise, key_draws
+from .admission import capped_positions, check_memory, free_row, grown_rows
 
 LOOKAHEAD = 1  # ticks built and queued on the device while the host reads the one before
-MEMORY_SHARE = 0.8  # of the device's free memory, what a group's state may take (the rest: docs/batching.md §4)
-# a server's default: the most conversations whose tick p95 stayed under 80 ms on this project's 2-core CPU, tiny model
-# (docs/batching.md, bench --sessions); more fit in memory almost anywhere, so speed bounds it
-DEFAULT_MOST_SESSIONS = 4
 
 
 @dataclass
@@ -106,76 +99,6 @@ def sample_text_tokens(logits: mx.array, best: mx.array, seen: mx.array, special
     return mx.where(keep, best, drawn)
 
 
-def state_bytes(cfg, positions: Sequence[int], itemsize: int, rows: Optional[int] = None) -> int:
-    """The device state of a group of ``rows`` rows (None: one per conversation) whose conversations are at
-    ``positions`` timeline positions each (docs/batching.md §4): every row's attention buffers have the longest
-    conversation's capacity (voicechat/cache.py): the LLM's key/value caches, the TTS backbone's (two CFG rows each,
-    after its warm-up's positions); per row the Mamba conv and SSM states and the seen ids. ``itemsize``: bytes of
-    the speech dtype. The streaming encoders' and the codec's states (a fixed size per row, small) are not counted."""
-    llm, tts = cfg.llm, cfg.tts.backbone
-    longest = max(positions, default=0)
-    attention = llm.pattern.count("*") * 2 * llm.num_key_value_heads * capacity_for(longest) * llm.head_dim
-    mamba = llm.pattern.count("M") * ((llm.conv_kernel - 1) * llm.conv_dim * itemsize
-                                      + llm.mamba_num_heads * llm.mamba_head_dim * llm.ssm_state_size * 4)
-    tts_positions = longest + prompt_frames(cfg)  # the warm-up's positions come first
-    window = lambda kind: tts.sliding_window if kind == "sliding_attention" else None  # noqa: E731
-    backbone = sum(2 * 2 * tts.num_key_value_heads * capacity_for(tts_positions, window(kind)) * tts.head_dim
-                   for kind in tts.layer_types)
-    rows = len(positions) if rows is None else rows
-    held = (attention + backbone) * itemsize if positions else 0  # no buffers before the first position
-    return rows * (held + mamba + llm.vocab_size)
-
-
-def free_memory() -> int:
-    """Bytes the device can still give: the GPU allocator's limit less what is in use; on a CPU the system's
-    available memory (/proc/meminfo), the allocator's limit at most."""
-    in_use = mx.get_active_memory()
-    if compute.on_gpu():
-        return max(0, mx.get_memory_limit() - in_use)
-    try:
-        with open("/proc/meminfo") as info:
-            available = next(int(line.split()[1]) * 1024 for line in info if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration):
-        return max(0, mx.get_memory_limit() - in_use)
-    return min(available, max(0, mx.get_memory_limit() - in_use))
-
-
-def fitting_sessions(model, most: int = DEFAULT_MOST_SESSIONS, max_positions: int = TIMELINE_LIMIT) -> int:
-    """How many conversations a server takes by default: as many as fit (their state at ``max_positions``, the cap,
-    in MEMORY_SHARE of the device's free memory, measured now), at most ``most``; at least one."""
-    budget = MEMORY_SHARE * free_memory()
-    itemsize = compute.speech_dtype().size
-    n = 1
-    while n < most and state_bytes(model.config, [max_positions] * (n + 1), itemsize) <= budget:
-        n += 1
-    return n
-
-
-def capped_positions(max_minutes: Optional[float]) -> int:
-    """A conversation's most timeline positions: ``max_minutes`` of them (None: the timeline's limit), at most the
-    limit."""
-    if max_minutes is None:
-        return TIMELINE_LIMIT
-    if not max_minutes > 0:
-        raise ConfigError(f"max_minutes must be above 0, got {max_minutes}")
-    return min(TIMELINE_LIMIT, max(1, int(max_minutes * 60 / FRAME_SECONDS)))
-
-
-def grown_rows(rows: int, row: int, most: int) -> int:
-    """The rows a group of ``rows`` (at most ``most``) holds once a conversation takes row ``row``: they double, so
-    each network meets a handful of row counts."""
-    return rows if row < rows else min(most, max(row + 1, 2 * rows))
-
-
-def row_counts(most: int) -> list[int]:
-    """Every row count a group of at most ``most`` conversations meets as they join (what its warm-up traces)."""
-    counts = [0]
-    for row in range(most):
-        if (rows := grown_rows(counts[-1], row, most)) != counts[-1]:
-            counts.append(rows)
-    return counts[1:]
-
-
 def column(values, dtype=mx.float32) -> mx.array:
     return mx.array(np.asarray(values), dtype).reshape(-1, 1)
 
@@ -214,31 +137,22 @@ class SessionGroup:
 
     # -- membership ---------------------------------------------------------------------------------------------
     def session(self, system_prompt: str = "", seed: int = 0, speaker=None, config=None, tools=()):
-        """A conversation in this group (:class:`~voicechat.session.Session`), at once: its row is taken now
+        """A conversation in this group (:class:`~voicechat.Session`), at once: its row is taken now
         (:class:`SessionsFull` if none can be had), its set-up's stages run in the next ticks, one a tick, then its
-        prompt's positions, one a tick, beside the other conversations' positions. Audio pushed meanwhile waits."""
-        from .session import Session
-
-        return Session(self.model, system_prompt, seed, speaker, config, tools, group=self)
+        prompt's positions, one a tick, beside the other conversations' positions. Audio pushed meanwhile waits. The
+        model opens it (``Model.session``), as it opens a lone one: the loop stays below the conversation."""
+        return self.model.session(system_prompt, seed, speaker, config, tools, group=self)
 
     @property
     def open(self) -> int:
         return sum(1 for m in self.members if m is not None)
 
-    def _free_row(self) -> int:
-        """The first free row, else the next one to add; :class:`SessionsFull` when all ``max_sessions`` are open."""
-        row = next((r for r, member in enumerate(self.members) if member is None), len(self.members))
-        if row >= self.max_sessions:
-            raise SessionsFull(f"this group holds {self.max_sessions} conversations at most and all are open; "
-                               "close one first")
-        return row
-
     def check_room(self) -> tuple[int, int]:
         """Admission's checks, taking nothing (the engine asks before a recording starts, docs/batching.md §5): ->
         the row one more conversation would take and the rows the group would then hold, or :class:`SessionsFull`."""
-        row = self._free_row()
+        row = free_row(self)
         rows = grown_rows(self.rows, row, self.max_sessions)
-        self._check_memory(rows)
+        check_memory(self, rows)
         return row, rows
 
     def admit(self, session) -> int:
@@ -287,21 +201,6 @@ class SessionGroup:
         noise = session.noise
         self.tts_keys = put(self.tts_keys, noise.key if isinstance(noise, KeyNoise) else mx.zeros((2,), mx.uint32))
         mx.eval(self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys)
-
-    def _check_memory(self, rows: int) -> None:
-        """Refuse a conversation whose group could not hold every conversation at its cap (``max_positions``):
-        any may grow to it and every row's buffers have the longest one's capacity, so the state of ``rows`` rows
-        then (:func:`state_bytes`) must fit in what the group holds now and MEMORY_SHARE of what the device has
-        free (docs/batching.md §4)."""
-        itemsize = compute.speech_dtype().size
-        conversations = self.open + 1
-        need = state_bytes(self.cfg, [self.max_positions] * conversations, itemsize, rows)
-        have = self.held_bytes() + MEMORY_SHARE * free_memory()
-        if need > have:
-            minutes = self.max_positions * self.cfg.frame_length / 60
-            raise SessionsFull(f"one more conversation would not fit in memory: {conversations} conversations of "
-                               f"{self.max_positions} positions ({minutes:.3g} min) need {need / 1e9:.2f} GB "
-                               f"of state, {have / 1e9:.2f} GB can be had; close one first")
 
     def held_bytes(self) -> int:
         """Bytes of the state the group holds now: every row's Mamba states, key/value buffers and seen ids

@@ -12,8 +12,8 @@ import soundfile as sf
 from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, Cancelled, GenerationConfig
-from voicechat.api import QUIET_FRAMES_AFTER_ANSWER, answer_finished
-from voicechat.group import sample_text_tokens
+from voicechat.timeline.recording import QUIET_FRAMES_AFTER_ANSWER, answer_finished
+from voicechat.timeline.loop import sample_text_tokens
 
 pytestmark = pytest.mark.nemo  # checked against NVIDIA's NeMo on its tiny checkpoints (tests/fixtures/nemo)
 

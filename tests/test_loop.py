@@ -1,7 +1,7 @@
 """Many conversations on one model (docs/batching.md): each conversation of a group gives exactly what it gives alone.
 
 The reference is the same conversation run alone (a lone session: itself checked against NeMo's offline output on
-every fixture by tests/test_session.py). In the group, conversations join at different ticks (so their caches hold
+every fixture by tests/test_conversation.py). In the group, conversations join at different ticks (so their caches hold
 different lengths), with different prompts, seeds, speakers, chunkings, text sampling and output modes; rows are
 reused after a conversation leaves, one conversation is cancelled halfway, and one calls tools. Encoder frames (the
 streaming perception: every row's steady frame in one call), transcript ids, text ids, function ids and codes must be
@@ -18,9 +18,9 @@ from conftest import HARNESS_RUNS, HARNESS_WAV, NEMO
 import voicechat
 from voicechat import GenerationConfig
 from voicechat.errors import SessionsFull
-from voicechat.session import Session
+from voicechat.timeline.conversation import Session
 
-from test_session import TTS, model, recording  # the lone session's fixtures: the reference
+from test_conversation import TTS, model, recording  # the lone session's fixtures: the reference
 
 RATE = 16000
 SPEAKER = NEMO / "speaker_22k.wav"
@@ -271,7 +271,7 @@ def test_a_long_prompt_joins_in_stages_while_another_conversation_runs():
     question's recording, unlike the running conversation's), then its prompt's prefill PREFILL_STAGE positions a
     stage, then the join, a stage of its own. The running conversation advances a position in each of those ticks;
     the joining one's audio pushed meanwhile waits (nothing lost); both equal their runs alone."""
-    from voicechat.session import PREFILL_STAGE, WARMUP_STAGE_LAYERS
+    from voicechat.timeline.conversation import PREFILL_STAGE, WARMUP_STAGE_LAYERS
 
     m, x = voicechat.load(NEMO / "tiny_model"), recording()
     talks = [Talk(x, 1280, 0, "Hi.", 1), Talk(x[::-1].copy(), 999, 0, LONG_PROMPT, 2, str(HARNESS_WAV))]
@@ -383,7 +383,7 @@ def test_the_state_a_group_holds_is_what_admission_counts():
     """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays
     (``held_bytes``): two conversations of different lengths, the buffers at the longer one's capacity."""
     from voicechat import compute
-    from voicechat.group import state_bytes
+    from voicechat.timeline.admission import state_bytes
 
     m = model("tiny_model_aria")
     group = m.sessions(2)
@@ -423,7 +423,7 @@ def test_admission_reserves_each_conversation_up_to_its_cap_and_refuses_only_wha
     import mlx.core as mx
     from voicechat import compute
     from voicechat.errors import TimelineFull
-    from voicechat.group import MEMORY_SHARE, state_bytes
+    from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
 
     m = model("tiny_model")
     itemsize = compute.speech_dtype().size
@@ -447,7 +447,7 @@ def test_admission_reserves_each_conversation_up_to_its_cap_and_refuses_only_wha
 
 def test_a_servers_default_is_what_fits_at_most_the_measured_bound():
     import mlx.core as mx
-    from voicechat.group import DEFAULT_MOST_SESSIONS, fitting_sessions
+    from voicechat.timeline.admission import DEFAULT_MOST_SESSIONS, fitting_sessions
 
     m = model("tiny_model")
     assert fitting_sessions(m) == DEFAULT_MOST_SESSIONS  # the tiny model's state fits many times here
