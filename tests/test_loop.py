@@ -419,10 +419,13 @@ def test_a_conversation_that_would_not_fit_is_refused_at_admission():
 def test_admission_reserves_each_conversation_up_to_its_cap_and_refuses_only_what_does_not_fit():
     """With memory for two and a half conversations of one minute (``max_minutes``), a group of one-minute
     conversations admits two and refuses the third; the same memory holds no conversation that may reach the
-    timeline's limit. A conversation at its cap is refused its next audio, with the cap in the message."""
+    timeline's limit. A conversation at its cap is refused its next audio, with the cap in the message, and a recording
+    that would pass it is refused before it starts."""
     import mlx.core as mx
     from voicechat import compute
     from voicechat.errors import TimelineFull
+    from voicechat.limits import SettingError
+    from voicechat.timeline.recording import open_recording
     from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
 
     m = model("tiny_model")
@@ -443,6 +446,8 @@ def test_admission_reserves_each_conversation_up_to_its_cap_and_refuses_only_wha
     short = m.sessions(1, max_minutes=0.05).session()
     with pytest.raises(TimelineFull, match=r"pass 37 timeline positions \(0.0493 min, this server's cap on a"):
         short.push(noise(4.0, 1), RATE)
+    with pytest.raises(SettingError, match="more than this server's cap on a conversation, 37"):  # before it starts
+        open_recording(m, noise(4.0, 2), RATE, group=m.sessions(1, max_minutes=0.05))
 
 
 def test_a_servers_default_is_what_fits_at_most_the_measured_bound():
