@@ -824,6 +824,13 @@ def test_the_live_conversations_are_at_least_one():
         eng.check_limits(-1, flags=True)
 
 
+def test_a_conversations_cap_is_above_zero_minutes():
+    with pytest.raises(ConfigError, match="max_minutes must be above 0, got 0"):
+        eng.Engine(loader_for(ScriptedModel()), name="scripted", max_minutes=0)
+    with pytest.raises(ConfigError, match="--max-minutes must be above 0, got -1"):
+        eng.check_limits(1, max_minutes=-1, flags=True)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # recordings that wait for memory, on the real tiny model under a real memory limit
 # ---------------------------------------------------------------------------------------------------------------
