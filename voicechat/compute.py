@@ -77,6 +77,8 @@ keep_kernel_cache()
 
 import mlx.core as mx  # noqa: E402  (after the preload, on purpose)
 
+from . import rows_kernel  # noqa: E402  (it imports mlx.core)
+
 
 def batch_cuda_kernels() -> None:
     """On CUDA, MLX launches its kernels in CUDA graphs of at most ``MLX_MAX_OPS_PER_BUFFER`` nodes (default 20); a
@@ -128,12 +130,15 @@ def affine(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
 
 
 def product(x: mx.array, weight: mx.array) -> mx.array:
-    """``x @ weight`` for x [..., C] and weight [C, N]. Where x holds the rows of several conversations ([B, T, C],
-    B > 1: a group's rows), each conversation's rows are their own product (a batched matmul over a broadcast
-    weight), so that its numbers do not depend on the others': OpenBLAS rounds a product's row by the product's row
-    count, in ways that differ between CPUs (docs/batching.md §3). With one row per conversation ([B, 1, C]) that is
-    so on the CPU only: a GPU's kernels round by the row count as well, whatever the grouping, and one product over
-    the rows is where a GPU's throughput comes from (docs/platform.md §9)."""
+    """``x @ weight`` for x [..., C] and weight [C, N], each conversation's rows their own product, bit for bit what
+    they give alone. Where x holds the rows of several conversations ([B, T, C], B > 1: a group's rows), on the CPU
+    each conversation's rows are their own product (a batched matmul over a broadcast weight): OpenBLAS rounds a
+    product's row by the product's row count, in ways that differ between CPUs (docs/batching.md §3). On CUDA, MLX's
+    kernels round a row by the row count whatever the grouping (cuBLAS from 2 rows), so bf16 products run our
+    tensor-core kernel, one product over all the rows, each row as alone (:func:`rows_kernel.dense_product`,
+    docs/platform.md §9). Metal keeps MLX's one product over the rows (docs/platform.md §10)."""
+    if rows_kernel.serves_dense(x, weight.T):
+        return rows_kernel.dense_product(x, weight.T)
     if x.ndim == 3 and x.shape[0] > 1 and (x.shape[1] > 1 or not on_gpu()):
         return x @ mx.broadcast_to(weight, (x.shape[0], *weight.shape))
     return x @ weight

@@ -24,7 +24,7 @@ class QuantizedLinear(nn.QuantizedLinear):
     """``nn.QuantizedLinear`` whose input's leading axes are the rows of one product: MLX's CUDA backend runs a
     [B, 1, K] input (a group's decode step) as B one-row products, each reading the weights again, and a [B, K] one
     as one product over the B rows (docs/platform.md §9). Metal and the CPU give the same numbers either way. On CUDA
-    up to 32 rows go to :mod:`voicechat.rows_kernel` (the weights read once, each row as alone)."""
+    the rows go to :mod:`voicechat.rows_kernel` (the weights read once per 32 rows, each row as alone)."""
 
     def __call__(self, x: mx.array) -> mx.array:
         rows = x.reshape(-1, x.shape[-1])

@@ -1,18 +1,18 @@
-"""A 4-bit product over a group's rows on MLX's CUDA backend, on the tensor cores, each row bit for bit its product
-alone (docs/platform.md §9).
+"""A product over a group's rows on MLX's CUDA backend, on the tensor cores, each row bit for bit its product alone
+(docs/platform.md §9): the LLM's 4-bit products (:func:`product`) and the speech networks' bf16 ones
+(:func:`dense_product`), at any row count.
 
 Why: MLX 0.32's CUDA backend runs a 4-bit product of fewer than 8 rows as its vector kernel, which reads the weights
 again for each row (4 rows take 3-4x one row's time), and one of 8 or more as its tiled kernel, which rounds a row
-unlike its one-row product, so a conversation in a group was not the conversation alone. This kernel computes
-``x [M, K] @ W^T`` for ``mx.quantize``'s affine 4-bit layout (each uint32 holds 8 consecutive weights of a row, the
-first in the lowest 4 bits; a scale and a bias per group of 64: ``w = scale * q + bias``) with PTX's
-``mma.m16n8k16`` (bf16 in, float32 sums): the weights, dequantized to bf16 in registers, are the fragment's 16 rows,
-up to 8 rows of x its 8 columns (a tile per 8 rows, up to 4). A block's 8 warps take every 8th group of 64 columns
-each and their sums are added in warp order at the end. So each output of each row is the same sequence of
-tensor-core steps and additions whatever the other rows are and however many: the LLM's products of a conversation in
-a group of up to MAX_ROWS are those of the conversation alone. The same kernel with bf16 weights read as they are
-(:func:`dense_product`) is for the speech networks' products, which MLX runs through cuBLAS from 2 rows (rounding a
-row by the row count); the engine does not take it until it is measured on a GPU (`python -m bench.rows --dense`).
+unlike its one-row product; a bf16 product of 2 or more rows goes through cuBLAS, which rounds a row by the row count
+too. So a conversation in a group was not the conversation alone. This kernel computes ``x [M, K] @ W^T`` with PTX's
+``mma.m16n8k16`` (bf16 in, float32 sums): 16 outputs' weights (``mx.quantize``'s affine 4-bit layout dequantized to
+bf16 in registers: each uint32 holds 8 consecutive weights of a row, the first in the lowest 4 bits, a scale and a
+bias per group of 64, ``w = scale * q + bias``; or bf16 weights read as they are) are the fragment's 16 rows, 8 rows
+of x its 8 columns (a tile per 8 rows, up to TILES_PER_BLOCK tiles a block; more rows take more blocks side by side
+over the same outputs). A block's 8 warps take every 8th group of 64 columns each and their sums are added in warp
+order at the end. So each output of each row is the same sequence of tensor-core steps and additions whatever the
+other rows are and however many: the products of a conversation in a group are those of the conversation alone.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import mlx.core as mx
 
 GROUP = 64
 BITS = 4
-MAX_ROWS = 32  # 4 tiles of 8; more rows (a long prompt's one-call prefill) go to MLX's tiled kernel
-DENSE_MAX_ROWS = 64  # 8 tiles: a TTS step's two rows per conversation for 32 conversations
 ROWS_PER_TILE = 8  # the tensor cores' n: rows of x a fragment holds
+TILES_PER_BLOCK = 4  # rows of x a block holds: 32 (more rows, more blocks: each block's sums fill its shared memory)
 WARPS = 8  # a block's warps, each taking every 8th group of 64 columns
+SHARED_BYTES = 48 * 1024  # a block's static shared memory on CUDA
 
 TILES_SOURCE = """
     const int rows = x_shape[0];
@@ -35,7 +35,9 @@ TILES_SOURCE = """
     const int lane = threadIdx.x % 32;
     const int gid = lane / 4;  // the fragment's row (an output) and column (a row of x), PTX's groupID
     const int tig = lane % 4;  // PTX's threadID_in_group: which pair of k a lane holds
-    const int n0 = blockIdx.x * (MT * 16);
+    const int chunks = (rows + NT * 8 - 1) / (NT * 8);  // blocks of NT * 8 rows side by side over one tile of outputs
+    const int r0 = (blockIdx.x % chunks) * (NT * 8);
+    const int n0 = (blockIdx.x / chunks) * (MT * 16);
     __shared__ float partial[KW][MT * 16][NT * 8];
     float d[MT][NT][4];
     #pragma unroll
@@ -52,7 +54,7 @@ TILES_SOURCE = """
             uint32_t xb[NT][2];
             #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                const int r = t * 8 + gid;
+                const int r = r0 + t * 8 + gid;
                 const uint32_t* xr = reinterpret_cast<const uint32_t*>(
                     x + (size_t)min(r, rows - 1) * K + g * 64 + s * 16 + 2 * tig);
                 xb[t][0] = r < rows ? xr[0] : 0u;
@@ -85,11 +87,11 @@ TILES_SOURCE = """
     __syncthreads();
     for (int i = threadIdx.x; i < MT * 16 * NT * 8; i += KW * 32) {
         const int m = i / (NT * 8), r = i % (NT * 8);
-        if (n0 + m < N && r < rows) {
+        if (n0 + m < N && r0 + r < rows) {
             float v = partial[0][m][r];
             #pragma unroll
             for (int k = 1; k < KW; ++k) v += partial[k][m][r];
-            out[(size_t)r * N + n0 + m] = __float2bfloat16(v);
+            out[(size_t)(r0 + r) * N + n0 + m] = __float2bfloat16(v);
         }
     }
 """  # /*GROUP*/: a group's loads; /*FRAGMENT*/: a[4], the weights' fragment at k-step s
@@ -158,49 +160,62 @@ _CUDA = mx.cuda.is_available()
 
 def serves(layer, x: mx.array) -> bool:
     """Whether ``layer`` (an ``nn.QuantizedLinear``) on rows ``x`` [M, K] runs here: on CUDA, 4-bit affine with
-    groups of 64, bfloat16, 1 to MAX_ROWS rows."""
+    groups of 64, bfloat16."""
     return (_CUDA and mx.default_device() == mx.gpu and layer.mode == "affine" and layer.bits == BITS
             and layer.group_size == GROUP and x.dtype == mx.bfloat16 and layer["scales"].dtype == mx.bfloat16
-            and 1 <= x.shape[0] <= MAX_ROWS)
+            and x.shape[0] >= 1)
 
 
 def serves_dense(x: mx.array, w: mx.array) -> bool:
-    """Whether :func:`dense_product` takes rows ``x`` [M, K] and the weight ``w`` [N, K]: on CUDA, both bfloat16, K a
-    multiple of 64, 1 to DENSE_MAX_ROWS rows."""
-    return (_CUDA and mx.default_device() == mx.gpu and x.dtype == w.dtype == mx.bfloat16
-            and x.shape[-1] % GROUP == 0 and 1 <= x.shape[0] <= DENSE_MAX_ROWS)
+    """Whether :func:`dense_product` takes rows ``x`` [..., K] and the weight ``w`` [N, K]: on CUDA, both bfloat16."""
+    return (_CUDA and mx.default_device() == mx.gpu and x.dtype == w.dtype == mx.bfloat16 and x.size > 0
+            and w.ndim == 2)
 
 
 def output_tiles(rows: int) -> int:
     """Tiles of 16 outputs a warp takes: 1 up to 4 rows (more warps for the weights' reads), 2 above (each row of x
-    then serves 32 outputs), 1 past 32 rows (the block's sums then fill its shared memory); `python -m
-    bench.qmv_rows` measured 1 and 2 (docs/platform.md §9)."""
-    return 2 if 4 < rows <= 32 else 1
+    then serves 32 outputs); `python -m bench.qmv_rows` measured 1 and 2 (docs/platform.md §9)."""
+    return 2 if rows > 4 else 1
+
+
+def geometry(rows: int, n: int, tiles: int | None = None) -> dict:
+    """The launch of a product of ``rows`` rows into ``n`` outputs: NT tiles of 8 rows a block, MT tiles of 16
+    outputs a warp, ``chunks`` blocks of NT * 8 rows side by side over each of ``blocks`` tiles of MT * 16 outputs
+    (the kernel's ``blockIdx.x``: chunk = its remainder by ``chunks``), and the block's shared memory in bytes."""
+    nt = min(-(-rows // ROWS_PER_TILE), TILES_PER_BLOCK)
+    mt = tiles or output_tiles(rows)
+    chunks = -(-rows // (nt * ROWS_PER_TILE))
+    return {"NT": nt, "MT": mt, "chunks": chunks, "blocks": -(-n // (16 * mt)),
+            "shared": WARPS * mt * 16 * nt * ROWS_PER_TILE * 4}
 
 
 def run(kind: str, inputs: list, tiles: int | None) -> mx.array:
     """Launch the kernel of ``kind`` (KINDS; made at its first use) over x = inputs[0] [rows, K] and w = inputs[1]
-    [N, ...]: a block per 16 x tiles outputs, WARPS warps each."""
+    [N, ...]: :func:`geometry`'s blocks, WARPS warps each."""
     if kind not in _KERNELS:
         names, group, fragment = KINDS[kind]
         _KERNELS[kind] = mx.fast.cuda_kernel(name=f"voicechat_{kind}", input_names=names, output_names=["out"],
                                              source=source(group, fragment))
     rows, n = inputs[0].shape[0], inputs[1].shape[0]
-    mt = tiles or output_tiles(rows)
-    blocks = -(-n // (16 * mt))
+    g = geometry(rows, n, tiles)
     return _KERNELS[kind](inputs=inputs,
-                          template=[("NT", -(-rows // ROWS_PER_TILE)), ("MT", mt), ("KW", WARPS), ("GS", GROUP)],
-                          grid=(blocks * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
+                          template=[("NT", g["NT"]), ("MT", g["MT"]), ("KW", WARPS), ("GS", GROUP)],
+                          grid=(g["blocks"] * g["chunks"] * WARPS * 32, 1, 1), threadgroup=(WARPS * 32, 1, 1),
                           output_shapes=[(rows, n)], output_dtypes=[mx.bfloat16])[0]
 
 
 def product(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, tiles: int | None = None) -> mx.array:
-    """x [M, K] bf16 (M <= MAX_ROWS) @ the 4-bit W [N, K] (``mx.quantize``'s w, scales, biases) ^T, [M, N] bf16.
-    ``tiles``: :func:`output_tiles` unless given (only to measure another)."""
+    """x [M, K] bf16 @ the 4-bit W [N, K] (``mx.quantize``'s w, scales, biases) ^T, [M, N] bf16. ``tiles``:
+    :func:`output_tiles` unless given (only to measure another)."""
     return run("q4_rows", [x, w, scales, biases], tiles)
 
 
 def dense_product(x: mx.array, w: mx.array, tiles: int | None = None) -> mx.array:
-    """x [M, K] bf16 @ the bf16 W [N, K] ^T, [M, N] bf16 (:func:`serves_dense`), each row its product alone: for the
-    speech networks' products, measured by `python -m bench.rows --dense` before the engine takes them."""
-    return run("bf16_rows", [x, w], tiles)
+    """x [..., K] bf16 @ the bf16 W [N, K] ^T, [..., N] bf16 (:func:`serves_dense`), each row its product alone. K is
+    padded with zeros to a multiple of 64 where it is not one (a zero adds nothing to a float32 sum)."""
+    k, n = x.shape[-1], w.shape[0]
+    rows = x.reshape(-1, k)
+    if k % GROUP:
+        pad = GROUP - k % GROUP
+        rows, w = mx.pad(rows, [(0, 0), (0, pad)]), mx.pad(w, [(0, 0), (0, pad)])
+    return run("bf16_rows", [rows, w], tiles).reshape(*x.shape[:-1], n)

@@ -4,13 +4,17 @@
 # ($HOME/vc_full, `python -m voicechat.random_checkpoint --dims full --layout mlx-4bit`), then runs in the background
 # each of RUN (default "sessions rows exactness joins"), and brings back within WAIT seconds (default 420) each one's
 # log and JSON and the kernel cache. `bash bench/h200/groups.sh collect` (a later call, the machine still warm) brings
-# back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8), PROMPTS (1,128).
+# back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8: one run per
+# count named), PROMPTS (1,128), OPROWS (8).
 # RUN may also name: dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
 # host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
 # sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
 # archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease); qmvrows (bench.qmv_rows: the engine's 4-bit
-# product kernel for a group's rows against MLX's). TSESS: each sessions run's limit.
+# product kernel for a group's rows against MLX's); kerneltests (tests/test_rows_kernel.py: each row of our kernels as
+# alone, 1 to 128 rows); oprows (bench.op_rows: the frame path's other ops, each row as alone?); optrace (bench.op_trace:
+# which op of a real tick gives a row other bits than alone, at OPROWS rows). TSESS: each sessions
+# run's limit. The JSON files come back in results.tgz (a call brings back 8 files at most).
 set -o pipefail
 . bench/h200/env.sh
 CK=$HOME/vc_full
@@ -26,9 +30,12 @@ for run in ${RUN:-sessions rows exactness joins}; do
     sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions.json ;;
     sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
-    exactness) timeout 120 python3 -m bench.group_exactness --model $CK --sessions ${EXACT:-8} --frames 40 --json \$HOME/exactness.json ;;
+    exactness) for n in ${EXACT:-8}; do timeout 240 python3 -m bench.group_exactness --model $CK --sessions \$n --frames 40 --json \$HOME/exactness_\$n.json; done ;;
+    kerneltests) timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_rows_kernel.py ;;
+    optrace) VOICECHAT_COMPILE=0 timeout 300 python3 -m bench.op_trace --model $CK --rows ${OPROWS:-8} --json \$HOME/op_trace.json ;;
+    oprows) for n in ${OPROWS:-8}; do timeout 120 python3 -m bench.op_rows --rows \$n --json \$HOME/op_rows_\$n.json; done ;;
     joins) timeout 120 python3 -m bench.joins $CK --running 8 --prompts ${PROMPTS:-1,128} --rounds 1 ;;
-    qmvrows) timeout 300 python3 -m bench.qmv_rows --json \$HOME/qmv_rows.json ;;
+    qmvrows) timeout 300 python3 -m bench.qmv_rows --runs 10 --json \$HOME/qmv_rows.json ;;
     dense) timeout 200 python3 -m bench.rows --model $CK --rows 1 --runs 10 --dense 6 --json \$HOME/dense.json ;;
     kernels) NCU=\$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       for r in ${KROWS:-1 8}; do
@@ -50,5 +57,6 @@ EOS
   setsid nohup bash $HOME/groups_job.sh > $HOME/groups.log 2>&1 < /dev/null &
 fi
 for i in $(seq 1 $(( ${WAIT:-420} / 10 ))); do grep -q "=== done" $HOME/groups.log 2>/dev/null && break; sleep 10; done
-cat $HOME/groups.log; cp $HOME/groups.log $HOME/*.json $HOME/k*.csv $OUT/ 2>/dev/null
+cat $HOME/groups.log; cp $HOME/groups.log $OUT/
+(cd $HOME && tar czf $OUT/results.tgz $(ls *.json k*.csv 2>/dev/null))
 tar czf $OUT/ptx.tgz -C $HOME ptx 2>/dev/null; ls -la $OUT

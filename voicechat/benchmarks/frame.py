@@ -215,7 +215,7 @@ def main(args=None) -> int:
 
 def add_arguments(p: argparse.ArgumentParser, demo: bool = False) -> None:
     """The bench's arguments; ``demo``: ``--demo`` (the CLI's tiny random-weight model) instead of ``--model``."""
-    p.add_argument("--model", required=not demo)
+    p.add_argument("--model", required=not demo, help="checkpoint directory or Hub repo id")
     if demo:
         p.add_argument("--demo", action="store_true", help="the demo model: a tiny random-weight checkpoint written "
                                                            "for the run (no download)")
@@ -223,8 +223,10 @@ def add_arguments(p: argparse.ArgumentParser, demo: bool = False) -> None:
                    "ticks measured once all N conversations are past their prompts (default 50)")
     p.add_argument("--runs", type=int, default=3, help="timed offline runs (default 3)")
     p.add_argument("--minutes", type=float, default=0.0, help="also one long session of this many minutes")
-    p.add_argument("--workload", choices=("speech", "model"), default="speech")
-    p.add_argument("--json")
+    p.add_argument("--workload", choices=("speech", "model"), default="speech",
+                   help="speech (default): a scripted text channel, as real answers drive the TTS; model: what the "
+                        "checkpoint's own LLM says (the module's docstring)")
+    p.add_argument("--json", metavar="FILE", help="also write the numbers here as JSON")
 
 
 if __name__ == "__main__":
