@@ -1,5 +1,5 @@
-"""The server: ``GET /v1/realtime`` and ``GET /health`` on one engine (``RealtimeServer``), the FastAPI app, and
-``python -m voicechat serve``."""
+"""The server: ``GET /v1/realtime`` (also at ``/realtime``), ``GET /v1/models`` and ``GET /health`` on one engine
+(``RealtimeServer``), the FastAPI app, and ``python -m voicechat serve``."""
 
 from __future__ import annotations
 
@@ -10,19 +10,22 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
-from ..limits import DEFAULT_IDLE_SECONDS
+from ..limits import DEFAULT_AHEAD_SECONDS, DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
 from .connection import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES, Connection
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
+from .sockets import connection_cap, guarded_http
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
 PATH = "/v1/realtime"
+ALIAS_PATH = "/realtime"  # what NVIDIA's NIM also answers, for Pipecat (docs/realtime.md "Clients")
+MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
@@ -34,19 +37,22 @@ class RealtimeServer:
     (``python -m voicechat serve``, and app.py beside the Gradio page).
 
     ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
-    ``heard(session_id, samples)`` (each append's int16 samples at 24 kHz, once they went to the model) and
+    ``heard(session_id, samples, rate)`` (each append's int16 samples at its rate, once they went to the model) and
     ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
     tab (voicechat/webui/talk.py) saves conversations with it.
 
     ``voices``: the voice library's folder (None: the checkpoint's voices only); ``voice_add`` lets clients add
-    voices to it (``voicechat.voice.add``), only with an ``api_key``."""
+    voices to it (``voicechat.voice.add``), only with an ``api_key``. ``ahead_seconds``: how far ahead of real time
+    a client's audio may run (0: no limit; docs/limits.md §2)."""
 
     def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None,
-                 idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None, voice_add: bool = False):
+                 idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None, voice_add: bool = False,
+                 ahead_seconds: float = DEFAULT_AHEAD_SECONDS):
         if voice_add and not (api_key and voices):
             raise ServeError("adding voices over the API needs an API key and a voice library folder")
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.idle_seconds = idle_seconds  # 0: no idle timeout
+        self.ahead_seconds = ahead_seconds  # 0: no limit
         self.active: list[str] = []  # the connections that hold a conversation
         self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
         self.freed = asyncio.Event()  # set once a connection has let go of its conversation
@@ -99,9 +105,21 @@ class RealtimeServer:
 
     def router(self) -> APIRouter:
         router = APIRouter()
-        router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
+        for path in (PATH, ALIAS_PATH):  # plain Starlette routes: the endpoint gets the WebSocket
+            router.add_websocket_route(path, self.serve)
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
+        router.add_api_route(MODELS_PATH, self.models, methods=["GET"])
         return router
+
+    def models(self, request: Request) -> JSONResponse:
+        """OpenAI's model list (``client.models.list()``): the one model this server runs, under the same API key
+        as the WebSocket."""
+        if not self.authorized(request):
+            return JSONResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key", "param": None,
+                                           "message": "no valid API key: send Authorization: Bearer KEY"}},
+                                status_code=401)
+        return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
+                                                         "owned_by": "voicechat"}]})
 
     def health(self) -> JSONResponse:
         """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
@@ -145,18 +163,23 @@ class RealtimeServer:
         self.active.append(name)
         log.info("%s: open", name)
         try:
-            query = websocket.query_params.get("voicechat_frames", "")
-            await Connection(self, websocket, name, frames_event=query.lower() in ("1", "true", "yes")).run()
+            await Connection(self, websocket, name, frames_event=asked(websocket, "voicechat_frames"),
+                             extension_events=asked(websocket, "voicechat_events")).run()
         finally:
             self.release(name)
 
 
+def asked(websocket, option: str) -> bool:
+    """An opt-in of the URL's query (``?voicechat_frames=1``)."""
+    return websocket.query_params.get(option, "").lower() in ("1", "true", "yes")
+
+
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
                idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None,
-               voice_add: bool = False) -> FastAPI:
+               voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS) -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
-                                      voices=voices, voice_add=voice_add).router())
+                                      voices=voices, voice_add=voice_add, ahead_seconds=ahead_seconds).router())
     return app
 
 
@@ -191,7 +214,8 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
           idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
-          voices: Optional[Path] = None, voice_add: bool = False, max_minutes: Optional[float] = None) -> None:
+          voices: Optional[Path] = None, voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS,
+          max_minutes: Optional[float] = None) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
     conversations at once; None: as many as fit, voicechat.timeline.admission.fitting_sessions) until interrupted."""
     import socket
@@ -217,9 +241,10 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
         print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
               f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
         app = create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds, voices=voices,
-                         voice_add=voice_add)
-        config = uvicorn.Config(app, log_level="info",
-                                ws_max_size=MAX_MESSAGE_BYTES)
+                         voice_add=voice_add, ahead_seconds=ahead_seconds)
+        # a request's deadline and a cap on open connections below the descriptor limit (docs/limits.md §2)
+        config = uvicorn.Config(app, log_level="info", ws_max_size=MAX_MESSAGE_BYTES,
+                                http=guarded_http(connection_cap()))
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         engine.close()
