@@ -41,5 +41,6 @@ def test_cited_runs_exist():
 
 
 def test_a_removed_run_is_told_apart():
-    text = "kept `bench/runs/a-run/x.log`, removed `git show dbf1d95:bench/runs/old/y.log`, both `bench/runs/b.{json,log}`."
+    text = ("kept `bench/runs/a-run/x.log`, removed `git show dbf1d95:bench/runs/old/y.log`, "
+            "both `bench/runs/b.{json,log}`.")
     assert cited_runs(text) == ["bench/runs/a-run/x.log", "bench/runs/b.json", "bench/runs/b.log"]
