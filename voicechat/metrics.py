@@ -49,15 +49,11 @@ for _reason in REFUSALS:  # every reason is exported from the start, at 0: a rat
 
 # ---- the engine thread --------------------------------------------------------------------------------------------
 def ticked(group, seconds: float) -> None:
-    """A tick that advanced conversations took ``seconds``; ``group`` holds their state (engine thread: it reads the
-    caches' positions)."""
-    from . import compute
-    from .timeline.admission import state_bytes
-
+    """A tick that advanced conversations took ``seconds``; ``group`` holds their state (engine thread)."""
     TICK.observe(seconds)
     if seconds > FRAME_SECONDS:
         SLOW_TICKS.inc()
-    STATE.set(state_bytes(group.cfg, group.rows, group.positions(), compute.speech_dtype().size))
+    STATE.set(group.held_bytes())
 
 
 def model_loaded(seconds: float) -> None:
