@@ -40,8 +40,8 @@ from .voices import Voice, checkpoint_voices
 
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
 # prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product (a
-# prompt is prefilled at most timeline.conversation.PREFILL_STAGE positions at a time), so that compilation happens at load and
-# not when a conversation starts (docs/platform.md §8)
+# prompt is prefilled at most timeline.conversation.PREFILL_STAGE positions at a time), so that compilation happens
+# at load and not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32)
 # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 WARM_FRAMES = 4
