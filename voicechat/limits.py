@@ -24,6 +24,8 @@ MAX_PROMPT_POSITIONS = TIMELINE_LIMIT // 4
 # prompt is at least one character, so no longer text can fit in MAX_PROMPT_POSITIONS after a generous margin.
 MAX_PROMPT_CHARS = 16 * MAX_PROMPT_POSITIONS
 DEFAULT_IDLE_SECONDS = 60.0  # a Realtime connection that sends no audio for this long is closed (serve --idle-timeout)
+# audio a Realtime client may send ahead of real time (serve --max-ahead-seconds): a network's jitter, not a recording
+DEFAULT_AHEAD_SECONDS = 2.0
 SEED_LIMIT = 2 ** 64  # seeds are 0 .. 2^64 - 1: MLX's random key takes an unsigned 64-bit integer
 
 
@@ -99,6 +101,14 @@ def checked_prompt(prompt: Any) -> str:
     return prompt
 
 
+def check_prompt_chars(prompt: str) -> None:
+    """The whole prompt the model reads (the system prompt with its tools' declarations) against MAX_PROMPT_CHARS,
+    before any tokenizer runs on it: declarations can be long where the system prompt is short."""
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SettingError("system_prompt", f"the system prompt with the tools' declarations has {len(prompt)} "
+                                            f"characters; the limit is {MAX_PROMPT_CHARS}: shorten them")
+
+
 def check_prompt_positions(positions: int) -> None:
     """The prompt's timeline positions ([bos] + tokens + [eos], with the tools' declarations) against the cap."""
     if positions > MAX_PROMPT_POSITIONS:
@@ -113,10 +123,12 @@ def run_positions(model, samples: int, prompt: str, gen) -> int:
     return model.prompt_length(prompt) + model.encoder_frames(samples + silence)
 
 
-def check_timeline(positions: int, param: str) -> None:
-    """Work whose timeline would pass TIMELINE_LIMIT is refused before it starts."""
-    if positions > TIMELINE_LIMIT:
-        minutes = TIMELINE_LIMIT * FRAME_SECONDS / 60
-        raise SettingError(param, f"this would take {positions} timeline positions, more than the timeline's "
-                                  f"{TIMELINE_LIMIT} ({minutes:.1f} minutes): use a shorter recording, prompt or "
+def check_timeline(positions: int, param: str, most: int = TIMELINE_LIMIT) -> None:
+    """Work whose timeline would pass TIMELINE_LIMIT, or ``most`` (a server's cap on a conversation,
+    docs/batching.md §4), is refused before it starts."""
+    if positions > most:
+        minutes = most * FRAME_SECONDS / 60
+        what = "the timeline's" if most == TIMELINE_LIMIT else "this server's cap on a conversation,"
+        raise SettingError(param, f"this would take {positions} timeline positions, more than {what} "
+                                  f"{most} ({minutes:.1f} minutes): use a shorter recording, prompt or "
                                   "appended silence")

@@ -25,6 +25,7 @@ from .audio import read_audio, resample
 from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
+from .limits import check_prompt_chars
 from .network import VoiceChatModel, load_parts, speaker_reference_path
 from .result import Result
 from .timeline.admission import row_counts
@@ -169,11 +170,12 @@ class Model:
         ticks step it (``group.session(...)`` passes itself); without one it is a group of one."""
         return Session(self, system_prompt, seed, speaker, config, tools, group=group)
 
-    def sessions(self, max_sessions: int) -> SessionGroup:
+    def sessions(self, max_sessions: int, max_minutes: Optional[float] = None) -> SessionGroup:
         """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone
         (:class:`voicechat.timeline.loop.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push``
-        queues its audio, ``group.step()`` advances every ready one by a position."""
-        return SessionGroup(self, max_sessions)
+        queues its audio, ``group.step()`` advances every ready one by a position. ``max_minutes``: each
+        conversation's most (None: the timeline's limit), what admission reserves memory for (docs/batching.md §4)."""
+        return SessionGroup(self, max_sessions, max_minutes)
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,
@@ -248,6 +250,7 @@ class Model:
 
     def prompt_length(self, system_prompt: str) -> int:
         """A system prompt's timeline positions: [bos] + its tokens + [eos] (docs/model.md §1.2 C); none without one."""
+        check_prompt_chars(system_prompt)
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:
