@@ -226,7 +226,9 @@ def test_session_update_is_partial_and_validated():
            ({"type": "realtime", "instructions": 3}, "invalid_value", "session.instructions"),
            ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
             "invalid_value", "session.audio.input.format"),
-           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu", "rate": 24000}}}},
+            "invalid_value", "session.audio.output.format"),
+           ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/opus"}}}},
             "invalid_value", "session.audio.output.format"),
            ({"type": "realtime", "output_modalities": ["text"]}, "invalid_value", "session.output_modalities"),
            ({"type": "realtime", "tools": [{"type": "mcp", "server_label": "x"}]}, "invalid_value",
@@ -251,7 +253,7 @@ def test_client_events_are_parsed_or_rejected_with_ga_codes():
         with pytest.raises(realtime.ClientEventError) as e:
             realtime.parse_client_event(text)
         assert e.value.code == code
-    for kind, code in (("response.dance", "invalid_value"), ("conversation.item.truncate", "unsupported_event")):
+    for kind, code in (("response.dance", "invalid_value"), ("output_audio_buffer.clear", "unsupported_event")):
         with pytest.raises(realtime.ClientEventError) as e:
             realtime.event_kind({"type": kind})
         assert (e.value.code, e.value.param) == (code, "type")
@@ -395,9 +397,12 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
             await expect_error(conn, "invalid_json")
             await conn.send_raw(json.dumps({"type": "response.dance", "event_id": "evt_1"}))
             assert "response.dance" in (await expect_error(conn, "invalid_value", "type", "evt_1"))["message"]
-            await conn.send_raw(json.dumps({"type": "conversation.item.truncate", "item_id": "x", "content_index": 0,
-                                            "audio_end_ms": 0}))
+            await conn.send_raw(json.dumps({"type": "output_audio_buffer.clear"}))
             await expect_error(conn, "unsupported_event", "type")
+            for kind in ("truncate", "delete", "retrieve"):
+                await conn.send_raw(json.dumps({"type": f"conversation.item.{kind}", "item_id": "x", "content_index": 0,
+                                                "audio_end_ms": 0}))
+                await expect_error(conn, "invalid_value", "item_id")
             pcm = base64.b64encode(np.zeros(2400, "<i2").tobytes()).decode()
             await conn.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": pcm, "event_id": "evt_2"}))
             await expect_error(conn, "session_not_configured", event_id="evt_2")
@@ -409,7 +414,7 @@ def test_each_bad_input_gets_an_error_and_the_connection_goes_on(server):
                 "input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
             await expect_error(conn, "invalid_value", "session.audio.input.format")
             await conn.session.update(session={"type": "realtime",
-                                               "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
+                                               "audio": {"input": {"format": {"type": "audio/pcmu", "rate": 16000}}}})
             await expect_error(conn, "invalid_value", "session.audio.input.format")
             await conn.input_audio_buffer.commit()
             await expect_error(conn, "input_audio_buffer_commit_empty")
@@ -528,6 +533,35 @@ def test_api_key_is_required_when_set(keyed_server):
     run(accepted_with_browser_subprotocol())
 
 
+def test_models_lists_the_model_under_the_api_key(server, keyed_server):
+    """``GET /v1/models`` as OpenAI's SDK reads it: the one model served; a keyed server wants the key (401)."""
+    async def scenario():
+        assert [(m.id, m.object) for m in (await client(server).models.list()).data] == [(MODEL, "model")]
+        assert [m.id for m in (await client(keyed_server, "sesame").models.list()).data] == [MODEL]
+        with pytest.raises(openai.AuthenticationError):
+            await client(keyed_server, "wrong").models.list()
+    run(scenario())
+
+
+def test_realtime_without_v1_answers_as_v1_realtime(server, keyed_server):
+    """``/realtime`` (NVIDIA's NIM serves it for Pipecat) is the same endpoint: a GA session, the same errors, the
+    same API key."""
+    from websockets.asyncio.client import connect
+
+    async def scenario():
+        server.wait_idle()
+        async with connect(server.ws_url.replace("/v1/realtime", "/realtime")) as ws:
+            assert json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["type"] == "session.created"
+            await ws.send("{oops")
+            error = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            assert (error["type"], error["error"]["code"]) == ("error", "invalid_json")
+        with pytest.raises(InvalidStatus) as e:
+            async with connect(keyed_server.ws_url.replace("/v1/realtime", "/realtime")):
+                pass
+        assert e.value.response.status_code == 403
+    run(scenario())
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # a conversation through the SDK, compared with the same session run here
 # ---------------------------------------------------------------------------------------------------------------
@@ -564,6 +598,20 @@ def decoded(events, kind: str, field: str = "delta") -> list:
     return [e[field] for e in events if e["type"] == kind]
 
 
+async def read_until_frame(conn, events: list, position: int) -> list:
+    """``events`` and those after them, up to the ``voicechat.frame`` of timeline ``position``."""
+    while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == position):
+        events.append(await receive(conn))
+    return events
+
+
+def answer_pieces(events) -> list[str]:
+    """The whole answer's audio, one base64 piece per frame in order: a response's audio deltas, and between turns
+    the audio of ``voicechat.frame``."""
+    return [e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"] for e in events
+            if e["type"] == "response.output_audio.delta" or (e["type"] == "voicechat.frame" and e["audio"])]
+
+
 def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model):
     """Stream a WAV as a GA client does; the ids, codes, texts and audio that come back are the session's for the
     same audio, and the resampling to 24 kHz and back is all the transport changes."""
@@ -583,9 +631,7 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
             for chunk in chunks:
                 await conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
             await conn.input_audio_buffer.commit()
-            while not (events[-1]["type"] == "voicechat.frame" and events[-1]["position"] == expected[-1].position):
-                events.append(await receive(conn))
-            return events
+            return await read_until_frame(conn, events, expected[-1].position)
         finally:
             await close(conn)
 
@@ -611,8 +657,7 @@ def test_sdk_conversation_carries_exactly_the_sessions_frames(server, tiny_model
     first_audio = kinds.index("response.output_audio.delta")
     assert kinds.index("response.created") < first_audio
     # the audio: one piece per frame, in order, equal to the session's answer resampled to 24 kHz at once
-    pieces = [e["delta"] if e["type"] == "response.output_audio.delta" else e["audio"] for e in events
-              if e["type"] == "response.output_audio.delta" or (e["type"] == "voicechat.frame" and e["audio"])]
+    pieces = answer_pieces(events)
     assert len(pieces) == len(expected)
     got = np.frombuffer(b"".join(base64.b64decode(p) for p in pieces), "<i2")
     whole = soxr.resample(np.concatenate([f.audio for f in expected]), 22050, 24000)
@@ -783,16 +828,20 @@ PAD, BOS, EOS = 12, 1, 2
 
 class Scripted:
     """The real tiny model; each session it makes follows a script: ``calls`` written on the function channel
-    (``ScriptedHead`` of test_tools.py), or ``words`` on the text channel (PAD, then BOS, the words and EOS, counted
-    in positions after the prompt). The engine runs it as it runs any model."""
+    (``ScriptedHead`` of test_tools.py, the first ``call_at`` positions after the prompt), and/or on the text
+    channel ``words`` (PAD, then BOS, the words and EOS, counted in positions after the prompt) or ``text`` (a
+    function of that count: the id). The engine runs it as it runs any model; ``made`` keeps its sessions."""
 
-    def __init__(self, model, calls=(), words: tuple[int, list[int]] | None = None):
-        self.model, self.calls, self.words = model, list(calls), words
+    def __init__(self, model, calls=(), words: tuple[int, list[int]] | None = None, text=None, call_at: int = 5):
+        self.model, self.calls, self.words, self.text, self.call_at = model, list(calls), words, text, call_at
+        self.made: list[Session] = []
 
     def __getattr__(self, name):
         return getattr(self.model, name)
 
     def text_id(self, offset: int) -> int:
+        if self.text is not None:
+            return self.text(offset)
         start, ids = self.words
         turn = [BOS, *ids, EOS]
         return turn[offset - start] if start <= offset < start + len(turn) else PAD
@@ -812,16 +861,17 @@ class Scripted:
     def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=(), group=None):
         from test_tools import ScriptedHead
 
-        head = ScriptedHead(self.model.tokenizer, self.calls)
+        head = ScriptedHead(self.model.tokenizer, self.calls, first=self.call_at)
+        texts = self.words or self.text
 
         def script(t):
             if head.session is None or t < head.session.prompt_frames:
                 return None, None  # the prompt
-            if self.words:
-                return self.text_id(t - head.session.prompt_frames), None
-            return None, head.function_id()
+            return (self.text_id(t - head.session.prompt_frames) if texts else None,
+                    head.function_id() if head.session.tool_channel is not None else None)
 
         head.session = Session(self.model, system_prompt, seed, speaker, config, tools, script=script, group=group)
+        self.made.append(head.session)
         return head.session
 
 
@@ -982,7 +1032,7 @@ def test_sdk_tool_call_round_trip(scripted_server, tiny_model):
     events, call, after = run(scenario())
     kinds = types(events)
     assert (call["name"], json.loads(call["arguments"])) == ("lookup", {"q": "tides"})
-    assert call["call_id"].startswith("call_")
+    assert call["call_id"].startswith("call_") and len(call["call_id"]) <= 32  # OpenAI's cap (LiveKit enforces it)
     response_id = call["response_id"]
     assert kinds.index("response.created") < kinds.index("response.function_call_arguments.done")
     added = next(e for e in events if e["type"] == "response.output_item.added"
@@ -1135,7 +1185,7 @@ def test_the_prompt_can_change_until_audio_starts_then_it_is_locked(server, tiny
     long_prompt = "You are a helpful assistant. Answer in one short sentence."
 
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         try:
             await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
             first = await receive_until(conn, "voicechat.session.ready")
@@ -1175,7 +1225,7 @@ def test_lone_surrogates_get_an_error_event_and_the_connection_goes_on(server):
               "session.tools[0].description")]
 
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         try:
             for event, param in cases:
                 await conn.send_raw(json.dumps(event))  # json escapes the surrogate: "\ud800"
@@ -1196,7 +1246,7 @@ def test_instructions_past_the_limits_are_refused_before_any_model_work(server):
     """100 KB of instructions made the prefill ask for tens of GB (the process died); a prompt past the cap of
     positions tied the model up for minutes. Both get an error event at once; no live session was opened."""
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         try:
             await conn.session.update(session={"type": "realtime", "instructions": "y" * 100_000})
             error = await expect_error(conn, "invalid_value", "session.instructions")
@@ -1226,7 +1276,7 @@ def test_a_reconnect_right_after_a_clean_close_is_served(server):
     async def scenario():
         firsts, closing = [], None
         for _ in range(5):
-            conn = await client(server).realtime.connect(model=MODEL).enter()
+            conn = await client(server).realtime.connect(model=MODEL, extra_query={"voicechat_events": "1"}).enter()
             if closing is not None:
                 await closing
             first = await receive(conn)
@@ -1256,7 +1306,7 @@ def test_a_client_that_sends_no_audio_is_closed_after_the_idle_timeout(strict_se
     server = strict_server
 
     async def scenario():
-        manager, conn, _ = await open_session(server)
+        manager, conn, _ = await open_session(server, voicechat_events="1")
         await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
         await receive_until(conn, "voicechat.session.ready")  # it holds the model, then says nothing
         error = await expect_error(conn, "idle_timeout")

@@ -16,8 +16,8 @@ from ..engine import READY, EngineBusy, LiveRequest
 from ..errors import VoiceChatError
 from ..limits import SettingError
 from .conversation import RealtimeConversation
-from .protocol import (RATE, SESSION_PARAMS, ClientEventError, SessionConfig, decode_audio, error_event, event_kind,
-                       event_text, expect, new_id, parse_client_event, voice_json)
+from .protocol import (FORMATS, SESSION_PARAMS, ClientEventError, SessionConfig, decode_audio, error_event,
+                       event_kind, event_text, expect, new_id, parse_client_event, voice_json)
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
@@ -42,10 +42,10 @@ class Connection:
     live session's events (fed by a thread that waits on the engine). ``server``: the RealtimeServer that accepted it
     (this module stays below server.py, which imports it)."""
 
-    def __init__(self, server, websocket, name: str, frames_event: bool):
+    def __init__(self, server, websocket, name: str, frames_event: bool, extension_events: bool = False):
         self.server, self.ws, self.name = server, websocket, name
         self.config, self.configured = SessionConfig(), False
-        self.conversation = RealtimeConversation(frames_event)
+        self.conversation = RealtimeConversation(frames_event, extension_events)
         self.session_id = new_id("sess")
         self.live = None  # the engine's live session, once open
         self.follower: Optional[asyncio.Task] = None
@@ -101,6 +101,12 @@ class Connection:
             log.warning("%s: closed: the client does not read what the server sends (%.1f s of its answer unsent, "
                         "the limit is %.0f s)", self.name, self.unsent, MAX_BEHIND_SECONDS)
             self.dropped.set()
+
+    def emit_extension(self, event: dict) -> None:
+        """A voicechat.* event, to clients that asked for them only: some validate every server event against
+        OpenAI's own types (docs/realtime.md "Clients")."""
+        if self.conversation.extension_events:
+            self.emit(event)
 
     def emit_all(self, events: Iterable[dict], seconds: float = 0.0) -> None:
         """Queue events that together carry ``seconds`` of answer audio (counted with the last one)."""
@@ -159,6 +165,9 @@ class Connection:
     async def on_session_update(self, event: dict) -> None:
         new = self.config.updated(event.get("session"))
         self.server.voice(new.voice)  # a name of the library, or an error listing them
+        if self.heard and new.input_format != self.config.input_format:  # the model's resampler has its rate
+            raise ClientEventError("session_locked", "the input audio format is fixed once audio has started; open "
+                                                     "a new connection to change it", "session.audio.input.format")
         if self.live is not None and new.model_inputs != self.config.model_inputs:
             if self.heard:
                 raise ClientEventError("session_locked", "instructions, tools and voice are fixed once audio has "
@@ -171,10 +180,11 @@ class Connection:
         except ClientEventError:
             self.config, self.configured = previous
             raise
+        self.conversation.output_format(new.output_format)
         self.emit({"type": "session.updated", "session": self.session()})
 
     async def on_input_audio_buffer_append(self, event: dict) -> None:
-        samples = decode_audio(event)
+        samples = decode_audio(event, self.config.input_format)
         if not self.configured:
             raise ClientEventError("session_not_configured", "send session.update (instructions, tools, voice) "
                                                              "before audio: the model reads its prompt first", "type")
@@ -182,10 +192,11 @@ class Connection:
             raise ClientEventError("session_setup_failed", f"the session could not start: {self.setup_error}; send "
                                                            "session.update with other settings", "session")
         if await self.ensure_live(required=True):
-            self.live.send(samples, RATE)  # the session resamples 24 -> 16 kHz with soxr's stream resampler
+            rate = FORMATS[self.config.input_format]
+            self.live.send(samples, rate)  # the session resamples to 16 kHz with soxr's stream resampler
             self.idle_since = asyncio.get_running_loop().time()
             self.heard = self.appended = True
-            self.server.notify("heard", self.session_id, samples)
+            self.server.notify("heard", self.session_id, samples, rate)
 
     async def on_input_audio_buffer_commit(self, event: dict) -> None:
         if not self.appended:
@@ -207,6 +218,16 @@ class Connection:
             raise ClientEventError("invalid_value", "the conversation has ended", "item.call_id")
         self.live.provide_tool_result(item["call_id"], item["output"])
         self.emit_all(events)
+
+    async def on_conversation_item_truncate(self, event: dict) -> None:
+        self.emit_all(self.conversation.truncate(event.get("item_id"), event.get("content_index"),
+                                                 event.get("audio_end_ms")))
+
+    async def on_conversation_item_delete(self, event: dict) -> None:
+        self.emit_all(self.conversation.delete(event.get("item_id")))
+
+    async def on_conversation_item_retrieve(self, event: dict) -> None:
+        self.emit_all(self.conversation.retrieve(event.get("item_id")))
 
     async def on_response_create(self, event: dict) -> None:
         # The model decides when it speaks: the request tags the next response the model opens (LiveKit's
@@ -274,11 +295,11 @@ class Connection:
             if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
                 self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
             if event.kind == "queued":  # handed to the engine: it joins the next tick (docs/batching.md §5)
-                self.emit({"type": "voicechat.session.queued", "jobs_ahead": event.position})
+                self.emit_extension({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
                 started = True
-                self.emit({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
-                           "prompt_frames": event.prompt_frames})
+                self.emit_extension({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
+                                     "prompt_frames": event.prompt_frames})
             elif event.kind == "frames":
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)

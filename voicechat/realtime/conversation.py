@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
@@ -12,19 +13,22 @@ import numpy as np
 import soxr
 
 from ..config import FRAME_SECONDS, OUTPUT_SAMPLE_RATE
-from .protocol import PCM, RATE, ClientEventError, encode_audio, expect, new_id
+from .protocol import FORMATS, ClientEventError, encode_audio, expect, format_object, new_id
 
 
 class AudioOut:
-    """22.05 kHz float32 frames -> 24 kHz PCM16 base64. One stream resampler per conversation: the concatenated
-    deltas equal the whole answer resampled at once (soxr's stream output is chunking-invariant,
-    docs/platform.md §5)."""
+    """22.05 kHz float32 frames -> base64 audio in the session's output format (PCM16 at 24 kHz, or G.711 at 8 kHz).
+    One stream resampler per conversation and format: the concatenated deltas equal the whole answer resampled at
+    once (soxr's stream output is chunking-invariant, docs/platform.md §5)."""
 
-    def __init__(self):
-        self.stream = soxr.ResampleStream(OUTPUT_SAMPLE_RATE, RATE, 1, dtype="float32")
+    def __init__(self, fmt: str = "audio/pcm"):
+        self.format = fmt
+        self.stream = soxr.ResampleStream(OUTPUT_SAMPLE_RATE, FORMATS[fmt], 1, dtype="float32")
 
-    def encode(self, samples: np.ndarray) -> str:
-        return encode_audio(self.stream.resample_chunk(np.asarray(samples, dtype=np.float32)))
+    def encode(self, samples: np.ndarray) -> tuple[str, float]:
+        """(the delta, its milliseconds)."""
+        out = self.stream.resample_chunk(np.asarray(samples, dtype=np.float32))
+        return encode_audio(out, self.format), 1000 * len(out) / FORMATS[self.format]
 
 
 def message_item(item_id: str, role: str, content_type: str) -> dict:
@@ -42,6 +46,7 @@ class Response:
     id: str
     message: dict
     metadata: Optional[dict]
+    format: str  # the output audio format's type
     output: list = field(default_factory=list)
 
     @property
@@ -52,7 +57,8 @@ class Response:
         """OAI ``realtime_response.py``."""
         return {"object": "realtime.response", "id": self.id, "status": status, "status_details": details,
                 "output": copy.deepcopy(self.output), "output_modalities": ["audio"], "conversation_id": None,
-                "audio": {"output": {"format": dict(PCM)}}, "metadata": self.metadata, "usage": None}
+                "audio": {"output": {"format": format_object(self.format)}}, "metadata": self.metadata,
+                "usage": None}
 
     def part(self, **fields) -> dict:
         """The fields every event about the message's audio part carries."""
@@ -70,17 +76,25 @@ class RealtimeConversation:
     item that opens with its first characters and closes when a response opens or the client commits.
     """
 
-    def __init__(self, frames_event: bool):
+    def __init__(self, frames_event: bool, extension_events: bool = False):
         self.frames_event = frames_event  # opt-in voicechat.frame per frame (ids, codes, stats, audio outside turns)
+        self.extension_events = extension_events or frames_event  # opt-in voicechat.* events (docs/realtime.md)
         self.audio = AudioOut()
         self.response: Optional[Response] = None
         self.user: Optional[dict] = None  # the open user message item
         self.user_previous: Optional[str] = None  # the item before it
         self.user_frames = (0, 0)  # first and last timeline position of the open user item's transcript
         self.muted = False  # after response.cancel, until the model's turn ends
-        self.last_item: Optional[str] = None  # for previous_item_id
+        self.items: OrderedDict[str, dict] = OrderedDict()  # the conversation's items by id, in order
+        # assistant message id -> (where each frame's audio ends in ms, its transcript's length then): truncation
+        self.spoken: dict[str, list[tuple[float, int]]] = {}
         self.metadata: Optional[dict] = None  # from response.create: tags the next response
         self.waiting: dict[str, dict] = {}  # call_id -> function_call item whose output the session waits for
+
+    def output_format(self, fmt: str) -> None:
+        """session.update's output format: frames from now on leave in it."""
+        if fmt != self.audio.format:
+            self.audio = AudioOut(fmt)
 
     # ---- frames ------------------------------------------------------------------------------------------------
     def frames(self, frames: Iterable, backlog_seconds: float) -> list[dict]:
@@ -94,13 +108,15 @@ class RealtimeConversation:
             self.muted = False
         elif self.response is None and ((frame.text and not self.muted) or calls_start):
             out += self.open_response(frame.position)
-        audio = self.audio.encode(frame.audio)
+        audio, ms = self.audio.encode(frame.audio)
         response = self.response
         if response is not None:
             out.append({"type": "response.output_audio.delta", **response.part(delta=audio)})
             if frame.text:
                 response.message["content"][0]["transcript"] += frame.text
                 out.append({"type": "response.output_audio_transcript.delta", **response.part(delta=frame.text)})
+            spoken = self.spoken[response.message["id"]]
+            spoken.append((ms + (spoken[-1][0] if spoken else 0.0), len(response.transcript)))
         for event in frame.events:
             if event.kind == "call":
                 out += self.function_calls(event.calls, frame.position)
@@ -117,8 +133,9 @@ class RealtimeConversation:
 
     def open_response(self, position: int) -> list[dict]:
         message = message_item(new_id("item"), "assistant", "output_audio")
-        self.response = response = Response(new_id("resp"), message, self.metadata, [message])
+        self.response = response = Response(new_id("resp"), message, self.metadata, self.audio.format, [message])
         self.metadata = None
+        self.spoken[message["id"]] = []
         return [*self.close_user(),
                 {"type": "response.created", "response": response.ga("in_progress")},
                 {"type": "response.output_item.added", "response_id": response.id, "output_index": 0,
@@ -150,8 +167,9 @@ class RealtimeConversation:
         response = self.response
         for call in calls:
             if call.error:
-                out.append({"type": "voicechat.function_call.failed", "call_id": call.call_id, "name": call.name,
-                            "error": call.error, "raw": call.raw})
+                if self.extension_events:
+                    out.append({"type": "voicechat.function_call.failed", "call_id": call.call_id, "name": call.name,
+                                "error": call.error, "raw": call.raw})
                 continue
             arguments = json.dumps(call.arguments, ensure_ascii=False)
             item = {"id": new_id("item"), "object": "realtime.item", "type": "function_call",
@@ -212,8 +230,19 @@ class RealtimeConversation:
     def added(self, item: dict) -> dict:
         """conversation.item.added for a new item (a snapshot: items keep growing after it)."""
         event = {"type": "conversation.item.added", "previous_item_id": self.last_item, "item": copy.deepcopy(item)}
-        self.last_item = item["id"]
+        self.items[item["id"]] = item
         return event
+
+    @property
+    def last_item(self) -> Optional[str]:
+        """The newest item's id (previous_item_id of the next one)."""
+        return next(reversed(self.items), None)
+
+    def item(self, item_id) -> dict:
+        """The item ``item_id`` of this conversation (ClientEventError naming ``item_id`` if there is none)."""
+        if expect(item_id, str, "item_id") not in self.items:
+            raise ClientEventError("invalid_value", f"the conversation has no item {item_id}", "item_id")
+        return self.items[item_id]
 
     # ---- client requests ---------------------------------------------------------------------------------------
     def commit(self) -> list[dict]:
@@ -222,6 +251,48 @@ class RealtimeConversation:
         committed = {"type": "input_audio_buffer.committed", "item_id": self.user["id"],
                      "previous_item_id": self.user_previous}
         return out + [committed, *self.close_user()]
+
+    def retrieve(self, item_id) -> list[dict]:
+        return [{"type": "conversation.item.retrieved", "item": copy.deepcopy(self.item(item_id))}]
+
+    def delete(self, item_id) -> list[dict]:
+        """conversation.item.delete: the item leaves the server's record of the conversation (clients keep theirs in
+        step with it); the model heard what it heard (docs/realtime.md "How a full-duplex model maps")."""
+        item = self.item(item_id)
+        if item["status"] == "in_progress":
+            raise ClientEventError("invalid_value", f"item {item_id} is still in progress; cancel its response or "
+                                                    "commit first", "item_id")
+        del self.items[item_id]
+        self.spoken.pop(item_id, None)
+        if item["type"] == "function_call":  # its output can no longer be given
+            self.waiting.pop(item["call_id"], None)
+        return [{"type": "conversation.item.deleted", "item_id": item_id}]
+
+    def truncate(self, item_id, content_index, audio_end_ms) -> list[dict]:
+        """conversation.item.truncate: the client played an assistant message only up to ``audio_end_ms`` (a barge-in).
+        Its transcript keeps the words of the frames whose audio began before that, so the record holds only what was
+        heard. A response still speaking goes on (clients cancel it with response.cancel, before or after); the model
+        heard its own speech whole, as it spoke it."""
+        item = self.item(item_id)
+        if item_id not in self.spoken:
+            raise ClientEventError("invalid_value", f"item {item_id} is not an assistant message", "item_id")
+        if content_index != 0:
+            raise ClientEventError("invalid_value", "content_index must be 0: the message has one audio part",
+                                   "content_index")
+        if isinstance(audio_end_ms, bool) or not isinstance(audio_end_ms, int) or audio_end_ms < 0:
+            raise ClientEventError("invalid_value", "audio_end_ms must be a whole number of milliseconds, 0 or more",
+                                   "audio_end_ms")
+        spoken = self.spoken[item_id]
+        sent = spoken[-1][0] if spoken else 0.0
+        if audio_end_ms > sent:
+            raise ClientEventError("invalid_value", f"audio_end_ms {audio_end_ms} is past the {sent:.0f} ms of audio "
+                                                    f"item {item_id} has", "audio_end_ms")
+        starts = [0.0] + [end for end, _ in spoken[:-1]]
+        heard = [length for start, (_, length) in zip(starts, spoken) if start < audio_end_ms]
+        item["content"][0]["transcript"] = item["content"][0]["transcript"][:heard[-1] if heard else 0]
+        del spoken[len(heard):]
+        return [{"type": "conversation.item.truncated", "item_id": item_id, "content_index": 0,
+                       "audio_end_ms": audio_end_ms}]
 
     def cancel(self, response_id: Optional[str]) -> list[dict]:
         if self.response is None or response_id not in (None, self.response.id):

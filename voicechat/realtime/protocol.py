@@ -20,21 +20,25 @@ from ..limits import SettingError, checked_prompt
 from ..tools import Tool
 from ..tools.declare import checked_tools
 from ..voices import Voice
+from . import g711
 
 RATE = 24000  # GA PCM16 rate, in and out: "Only a 24kHz sample rate is supported" (docs/live.md §3)
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # GA limit of one input_audio_buffer.append (docs/live.md §3), base64 text
 PCM = {"type": "audio/pcm", "rate": RATE}
+# the GA session's audio formats (OAI realtime_audio_formats.py): PCM16 at 24 kHz, or G.711 at 8 kHz (docs/realtime.md
+# "Phone audio"), each with its sample rate on the wire
+FORMATS = {"audio/pcm": RATE, "audio/pcmu": g711.RATE, "audio/pcma": g711.RATE}
+FORMAT_NAMES = {"audio/pcm": "PCM16 mono at 24 kHz", "audio/pcmu": "G.711 mu-law at 8 kHz",
+                "audio/pcma": "G.711 A-law at 8 kHz"}
 # OpenAI's own voice names (OAI realtime_audio_config_output.py): clients send one by default (LiveKit: "marin"), so
 # they mean the checkpoint's own voice; any other name is a voice of the library (docs/voices.md)
 OPENAI_VOICES = {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
 # Client events this server acts on, and GA client events it knows but does not implement (docs/live.md §3).
 HANDLED = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
-           "conversation.item.create", "response.create", "response.cancel", "voicechat.voice.list",
+           "conversation.item.create", "conversation.item.truncate", "conversation.item.delete",
+           "conversation.item.retrieve", "response.create", "response.cancel", "voicechat.voice.list",
            "voicechat.voice.add")
 UNSUPPORTED = {
-    "conversation.item.truncate": "the model hears its own past speech as it was produced; nothing can be truncated",
-    "conversation.item.delete": "the model's timeline cannot forget items",
-    "conversation.item.retrieve": "items are not stored on the server",
     "output_audio_buffer.clear": "output_audio_buffer events belong to WebRTC/SIP, not WebSocket",
 }
 
@@ -127,13 +131,13 @@ def event_kind(event: dict) -> str:
     return kind
 
 
-def decode_audio(event: dict) -> np.ndarray:
-    """The base64 PCM16 little-endian mono of ``input_audio_buffer.append`` (or ``voicechat.voice.add``) -> int16
-    samples [N]."""
+def decode_audio(event: dict, fmt: str = "audio/pcm") -> np.ndarray:
+    """The base64 audio of ``input_audio_buffer.append`` (or ``voicechat.voice.add``) in the format ``fmt`` (PCM16
+    little-endian mono, or G.711 bytes) -> int16 samples [N] at the format's rate."""
     audio = event.get("audio")
     if not isinstance(audio, str):
         raise ClientEventError("missing_required_parameter", f"{event.get('type', 'the event')} needs 'audio' "
-                                                             "(base64 PCM16 mono at 24 kHz)", "audio")
+                                                             f"(base64 {FORMAT_NAMES[fmt]})", "audio")
     if len(audio) > MAX_APPEND_BYTES:
         raise ClientEventError("audio_too_large", f"the append carries {len(audio) / 2 ** 20:.1f} MiB of base64; "
                                                   "the limit is 15 MiB: send smaller chunks", "audio")
@@ -141,15 +145,25 @@ def decode_audio(event: dict) -> np.ndarray:
         raw = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
         raise ClientEventError("invalid_audio", "'audio' is not valid base64", "audio")
+    if fmt in g711.LAWS:
+        return g711.LAWS[fmt].decode(raw)
     if len(raw) % 2:
         raise ClientEventError("invalid_audio", f"'audio' decodes to {len(raw)} bytes, an odd number: PCM16 has "
                                                 "2 bytes per sample", "audio")
     return np.frombuffer(raw, dtype="<i2").astype(np.int16)
 
 
-def encode_audio(samples: np.ndarray) -> str:
-    """float32 samples in [-1, 1] -> base64 PCM16 little-endian."""
-    return base64.b64encode(to_int16(samples).astype("<i2").tobytes()).decode("ascii")
+def encode_audio(samples: np.ndarray, fmt: str = "audio/pcm") -> str:
+    """float32 samples in [-1, 1] -> base64 PCM16 little-endian, or G.711 bytes."""
+    pcm = to_int16(samples)
+    raw = g711.LAWS[fmt].encode(pcm) if fmt in g711.LAWS else pcm.astype("<i2").tobytes()
+    return base64.b64encode(raw).decode("ascii")
+
+
+
+def format_object(fmt: str) -> dict:
+    """The GA format object of a format's type (OAI realtime_audio_formats.py)."""
+    return dict(PCM) if fmt == "audio/pcm" else {"type": fmt}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,6 +180,8 @@ class SessionConfig:
     instructions: str = ""  # the system prompt
     voice: Optional[str] = None  # a voice of the library, checked by the server (None: the checkpoint's default)
     tools: tuple = ()  # voicechat.tools.Tool without fn: the client runs them
+    input_format: str = "audio/pcm"  # a key of FORMATS: what input_audio_buffer.append carries
+    output_format: str = "audio/pcm"  # ... and what response.output_audio.delta carries
 
     @property
     def model_inputs(self) -> tuple:
@@ -189,7 +205,9 @@ class SessionConfig:
                                    "session.output_modalities")
         audio = expect(session.get("audio", {}), dict, "session.audio")
         for side in ("input", "output"):
-            check_format(expect(audio.get(side, {}), dict, f"session.audio.{side}"), f"session.audio.{side}")
+            fmt = checked_format(expect(audio.get(side, {}), dict, f"session.audio.{side}"), f"session.audio.{side}")
+            if fmt is not None:
+                changes[f"{side}_format"] = fmt
         voice = expect(audio.get("output", {}), dict, "session.audio.output").get("voice")
         if voice is not None:
             if isinstance(voice, dict):  # GA custom voice object {id}
@@ -208,9 +226,9 @@ class SessionConfig:
         return {
             "type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
             "instructions": self.instructions, "output_modalities": ["audio"],
-            "audio": {"input": {"format": dict(PCM), "turn_detection": None, "transcription": None,
-                                "noise_reduction": None},
-                      "output": {"format": dict(PCM), "voice": self.voice}},
+            "audio": {"input": {"format": format_object(self.input_format), "turn_detection": None,
+                                "transcription": None, "noise_reduction": None},
+                      "output": {"format": format_object(self.output_format), "voice": self.voice}},
             "tools": [{"type": "function", **t.declaration()} for t in self.tools], "tool_choice": "auto",
         }
 
@@ -234,14 +252,18 @@ def expect(value: Any, kind: type, param: str) -> Any:
     return value
 
 
-def check_format(side: dict, param: str) -> None:
-    """Only PCM16 at 24 kHz, the GA default (``audio/pcmu`` and ``audio/pcma`` are 8 kHz telephone codecs)."""
+def checked_format(side: dict, param: str) -> Optional[str]:
+    """A side's format type (None: not given): PCM16 at 24 kHz, the GA default, or the 8 kHz telephone codecs
+    ``audio/pcmu`` and ``audio/pcma`` (G.711); a rate, where given, must be the format's own."""
     fmt = side.get("format")
     if fmt is None:
-        return
-    if not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or fmt.get("rate", RATE) != RATE:
-        raise ClientEventError("invalid_value", f"{param}.format must be {{\"type\": \"audio/pcm\", \"rate\": 24000}} "
-                                                f"(PCM16 mono at 24 kHz), got {json.dumps(fmt)}", f"{param}.format")
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in FORMATS or fmt.get("rate", FORMATS[kind]) != FORMATS[kind]:
+        raise ClientEventError("invalid_value", f"{param}.format must be {{\"type\": \"audio/pcm\", \"rate\": 24000}}, "
+                                                f"{{\"type\": \"audio/pcmu\"}} or {{\"type\": \"audio/pcma\"}}, got "
+                                                f"{json.dumps(fmt)}", f"{param}.format")
+    return kind
 
 
 def client_tools(declarations: list) -> tuple:

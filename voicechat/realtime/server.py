@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..engine import READY
@@ -23,6 +23,8 @@ from .protocol import RATE, ClientEventError, error_event, event_text, voice_jso
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
 PATH = "/v1/realtime"
+ALIAS_PATH = "/realtime"  # what NVIDIA's NIM also answers, for Pipecat (docs/realtime.md "Clients")
+MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 SEND_BUFFER_BYTES = 256 * 1024  # kernel send buffer of serve's connections: a few seconds of answer (docs/limits.md §2)
 INSECURE_KEY_PROTOCOL = "openai-insecure-api-key."  # browsers cannot set headers: the key rides a subprotocol
@@ -34,7 +36,7 @@ class RealtimeServer:
     (``python -m voicechat serve``, and app.py beside the Gradio page).
 
     ``observer`` (optional) hears of each live session by its connection's session id: ``opened(session_id)``,
-    ``heard(session_id, samples)`` (each append's int16 samples at 24 kHz, once they went to the model) and
+    ``heard(session_id, samples, rate)`` (each append's int16 samples at its rate, once they went to the model) and
     ``closed(session_id, live)`` (the engine has let go: ``live.result()`` is the conversation). The app's Talk live
     tab (voicechat/webui/talk.py) saves conversations with it.
 
@@ -99,9 +101,21 @@ class RealtimeServer:
 
     def router(self) -> APIRouter:
         router = APIRouter()
-        router.add_websocket_route(PATH, self.serve)  # plain Starlette route: the endpoint gets the WebSocket
+        for path in (PATH, ALIAS_PATH):  # plain Starlette routes: the endpoint gets the WebSocket
+            router.add_websocket_route(path, self.serve)
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
+        router.add_api_route(MODELS_PATH, self.models, methods=["GET"])
         return router
+
+    def models(self, request: Request) -> JSONResponse:
+        """OpenAI's model list (``client.models.list()``): the one model this server runs, under the same API key
+        as the WebSocket."""
+        if not self.authorized(request):
+            return JSONResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key", "param": None,
+                                           "message": "no valid API key: send Authorization: Bearer KEY"}},
+                                status_code=401)
+        return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
+                                                         "owned_by": "voicechat"}]})
 
     def health(self) -> JSONResponse:
         """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
@@ -145,10 +159,15 @@ class RealtimeServer:
         self.active.append(name)
         log.info("%s: open", name)
         try:
-            query = websocket.query_params.get("voicechat_frames", "")
-            await Connection(self, websocket, name, frames_event=query.lower() in ("1", "true", "yes")).run()
+            await Connection(self, websocket, name, frames_event=asked(websocket, "voicechat_frames"),
+                             extension_events=asked(websocket, "voicechat_events")).run()
         finally:
             self.release(name)
+
+
+def asked(websocket, option: str) -> bool:
+    """An opt-in of the URL's query (``?voicechat_frames=1``)."""
+    return websocket.query_params.get(option, "").lower() in ("1", "true", "yes")
 
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",

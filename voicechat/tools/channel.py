@@ -198,7 +198,7 @@ class ToolChannel:
             parsed = [ParsedCall("", None, f"the tool call was cut off after {self.max_call_positions} positions")]
         self._calls, self._running = [], []
         for call in parsed:
-            call_id = f"call_{uuid.uuid4().hex}"
+            call_id = new_call_id()
             tool, call = resolve(call, self._by_name)
             self._calls.append(ToolCall(call_id, call.name, call.arguments, raw, self._call_start, t, error=call.error))
             if tool is None:
@@ -248,3 +248,9 @@ class ToolChannel:
         if function_id == self.sotc_id:  # a chained call instead of EOTR (docs/tools.md §5)
             events += self._begin_call(t)
         return events
+
+
+def new_call_id() -> str:
+    """vllm-omni's ``call_`` and random hex (docs/live.md §2.3), 32 characters in all: OpenAI's cap on a call_id,
+    which clients such as LiveKit enforce by hashing longer ones (docs/realtime.md "Clients")."""
+    return "call_" + uuid.uuid4().hex[:27]

@@ -188,7 +188,8 @@ class RecordedConversation:
     session_id: str
     started: float = field(default_factory=time.monotonic)
     created: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
-    heard: list = field(default_factory=list)  # the int16 chunks at 24 kHz that went to the model
+    heard: list = field(default_factory=list)  # the int16 chunks that went to the model, at ...
+    rate: int = WIRE_RATE  # ... the session's input rate (24 kHz PCM16, or 8 kHz G.711)
     live: Any = None  # the engine's LiveJob, once closed
     wall_seconds: float = 0.0
     closed: threading.Event = field(default_factory=threading.Event)
@@ -210,10 +211,11 @@ class Recorder:
             while len(self.conversations) > KEEP_CONVERSATIONS:
                 self.conversations.popitem(last=False)
 
-    def heard(self, session_id: str, samples: np.ndarray) -> None:
+    def heard(self, session_id: str, samples: np.ndarray, rate: int) -> None:
         conversation = self.get(session_id)
         if conversation is not None:
             conversation.heard.append(samples)
+            conversation.rate = rate  # fixed once audio has started (docs/realtime.md "Phone audio")
 
     def closed(self, session_id: str, live) -> None:
         conversation = self.get(session_id)
@@ -351,13 +353,13 @@ class TalkLive:
         folder = self.outputs / "live" / f"{conversation.created}-{conversation.session_id[-6:]}"
         folder.mkdir(parents=True, exist_ok=True)
         user = np.concatenate(conversation.heard) if conversation.heard else np.zeros(0, np.int16)
-        wav = write_wav(folder / "conversation.wav", stereo_timeline(to_float32(user), WIRE_RATE, result),
+        wav = write_wav(folder / "conversation.wav", stereo_timeline(to_float32(user), conversation.rate, result),
                         result.sample_rate)
         # the words at their frames need the tokenizer: the engine's model, read here only for it (no MLX)
         answer = make_answer(self.engine.model, result, conversation.wall_seconds)
         record = conversation_json(
             answer, source="live", model=self.engine.name, demo_model=self.demo_mode, input_file="microphone",
-            input_sample_rate=WIRE_RATE, input_seconds=len(user) / WIRE_RATE,
+            input_sample_rate=conversation.rate, input_seconds=len(user) / conversation.rate,
             system_prompt=result.settings.get("system_prompt", ""), seed=result.settings.get("seed", 0),
             generation_config=GenerationConfig(), answer_file=wav.name)
         js = folder / "conversation.json"
