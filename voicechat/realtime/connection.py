@@ -7,7 +7,9 @@ import asyncio
 import logging
 import threading
 import traceback
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
+
+import numpy as np
 
 from starlette.websockets import WebSocketDisconnect
 
@@ -42,8 +44,12 @@ class Connection:
     live session's events (fed by a thread that waits on the engine). ``server``: the RealtimeServer that accepted it
     (this module stays below server.py, which imports it)."""
 
-    def __init__(self, server, websocket, name: str, frames_event: bool, extension_events: bool = False):
+    def __init__(self, server, websocket, name: str, frames_event: bool, extension_events: bool = False,
+                 audio_out: Optional[Callable[[np.ndarray], None]] = None):
         self.server, self.ws, self.name = server, websocket, name
+        # a WebRTC call's outgoing track (voicechat/realtime/webrtc.py): the answer's 22.05 kHz audio goes there,
+        # not into response.output_audio.delta events (docs/realtime.md "WebRTC")
+        self.audio_out = audio_out
         self.config, self.configured = SessionConfig(), False
         self.conversation = RealtimeConversation(frames_event, extension_events)
         self.session_id = new_id("sess")
@@ -95,6 +101,8 @@ class Connection:
     def emit(self, event: dict, seconds: float = 0.0) -> None:
         """Queue an event carrying ``seconds`` of the answer's audio; a client that lets more than MAX_BEHIND_SECONDS
         of it wait is dropped."""
+        if self.audio_out is not None and event["type"] == "response.output_audio.delta":
+            return
         self.outbox.put_nowait((event_text(event), seconds))
         self.unsent += seconds
         if self.unsent > MAX_BEHIND_SECONDS and not self.dropped.is_set():
@@ -184,7 +192,10 @@ class Connection:
         self.emit({"type": "session.updated", "session": self.session()})
 
     async def on_input_audio_buffer_append(self, event: dict) -> None:
-        samples = decode_audio(event, self.config.input_format)
+        await self.hear(decode_audio(event, self.config.input_format), FORMATS[self.config.input_format])
+
+    async def hear(self, samples: np.ndarray, rate: int) -> None:
+        """int16 samples at ``rate`` for the model: an append's, or a WebRTC call's microphone track."""
         if not self.configured:
             raise ClientEventError("session_not_configured", "send session.update (instructions, tools, voice) "
                                                              "before audio: the model reads its prompt first", "type")
@@ -192,7 +203,6 @@ class Connection:
             raise ClientEventError("session_setup_failed", f"the session could not start: {self.setup_error}; send "
                                                            "session.update with other settings", "session")
         if await self.ensure_live(required=True):
-            rate = FORMATS[self.config.input_format]
             self.live.send(samples, rate)  # the session resamples to 16 kHz with soxr's stream resampler
             self.idle_since = asyncio.get_running_loop().time()
             self.heard = self.appended = True
@@ -301,6 +311,8 @@ class Connection:
                 self.emit_extension({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
                                      "prompt_frames": event.prompt_frames})
             elif event.kind == "frames":
+                if self.audio_out is not None:
+                    self.audio_out(np.concatenate([frame.audio for frame in event.frames]))
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)
                 if event.backlog_seconds > 0:  # the model has the client's audio still to hear: the client is not

@@ -19,6 +19,7 @@ from ..limits import DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
 from .connection import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES, Connection
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
+from .webrtc import CALLS_PATH, Calls, http_error
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
@@ -105,15 +106,15 @@ class RealtimeServer:
             router.add_websocket_route(path, self.serve)
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
         router.add_api_route(MODELS_PATH, self.models, methods=["GET"])
+        router.add_api_route(CALLS_PATH, Calls(self).create, methods=["POST"])  # WebRTC (docs/realtime.md)
         return router
 
     def models(self, request: Request) -> JSONResponse:
         """OpenAI's model list (``client.models.list()``): the one model this server runs, under the same API key
         as the WebSocket."""
         if not self.authorized(request):
-            return JSONResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key", "param": None,
-                                           "message": "no valid API key: send Authorization: Bearer KEY"}},
-                                status_code=401)
+            return http_error(ClientEventError("invalid_api_key", "no valid API key: send Authorization: Bearer KEY"),
+                              401)
         return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
                                                          "owned_by": "voicechat"}]})
 
@@ -137,6 +138,20 @@ class RealtimeServer:
                     if p.startswith(INSECURE_KEY_PROTOCOL)]
         return any(hmac.compare_digest(key.encode(), self.api_key.encode()) for key in offered)
 
+    async def admit(self, name: str) -> Optional[ClientEventError]:
+        """Take a conversation slot for ``name`` (a WebSocket or a WebRTC call), or say why not (server_busy)."""
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
+        if len(self.active) >= self.engine.max_sessions:
+            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
+                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
+            return ClientEventError("server_busy", f"{len(self.active)} conversation"
+                                    f"{'s are' if len(self.active) > 1 else ' is'} running on this model, its maximum; "
+                                    "try again later", kind="server_error")
+        self.active.append(name)
+        log.info("%s: open", name)
+        return None
+
     async def serve(self, websocket) -> None:
         self.count += 1
         name = f"connection {self.count} from {websocket.client.host if websocket.client else '?'}"
@@ -146,18 +161,11 @@ class RealtimeServer:
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
-        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
-            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
-        if len(self.active) >= self.engine.max_sessions:
-            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
-                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
-            await websocket.send_text(event_text(error_event(ClientEventError(
-                "server_busy", f"{len(self.active)} conversation{'s are' if len(self.active) > 1 else ' is'} running "
-                "on this model, its maximum; try again later", kind="server_error"))))
+        busy = await self.admit(name)
+        if busy is not None:
+            await websocket.send_text(event_text(error_event(busy)))
             await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
             return
-        self.active.append(name)
-        log.info("%s: open", name)
         try:
             await Connection(self, websocket, name, frames_event=asked(websocket, "voicechat_frames"),
                              extension_events=asked(websocket, "voicechat_events")).run()
