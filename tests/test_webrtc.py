@@ -184,3 +184,26 @@ def test_a_call_over_the_limit_is_refused_and_a_call_that_ended_frees_its_slot(s
                                                                    "maximum; try again later")
     assert admitted.status_code == 201
     server.wait_idle()
+
+
+DOCS = (Path(__file__).parent.parent / "docs" / "realtime.md").read_text()
+SNIPPET = next(block for block in re.findall(r"```python\n(.*?)```", DOCS, re.S) if "/v1/realtime/calls" in block)
+
+
+def test_docs_aiortc_snippet_runs_as_written(turn_server, tmp_path):
+    """docs/realtime.md's Python client, as a reader copies it: the events arrive and the answer is saved."""
+    import shutil
+    import subprocess
+    import sys
+
+    import soundfile as sf
+
+    shutil.copy(RECORDING, tmp_path / "question.wav")
+    script = tmp_path / "call.py"
+    script.write_text(SNIPPET.replace("127.0.0.1:8000", turn_server.split("/")[2]))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    printed = p.stdout.splitlines()
+    assert printed[:2] == ["event: session.created", "event: session.updated"] and "event: response.done" in printed
+    answer, rate = sf.read(str(tmp_path / "answer.wav"), dtype="int16")
+    assert len(answer) > rate and np.abs(answer.astype(np.int32)).max() > 1000  # seconds of it, the model's voice
