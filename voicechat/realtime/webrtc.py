@@ -70,7 +70,10 @@ class ChannelSocket:
         return await self.inbox.get()
 
     async def send_text(self, text: str) -> None:
-        await asyncio.wait_for(self.opened.wait(), CONNECT_SECONDS)
+        try:
+            await asyncio.wait_for(self.opened.wait(), CONNECT_SECONDS)
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"no events channel within {CONNECT_SECONDS:g} s") from None
         if self.channel is None or self.channel.readyState != "open":
             raise ConnectionError("the call has no open events channel")
         self.channel.send(text)
