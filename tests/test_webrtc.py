@@ -135,20 +135,21 @@ def test_call_needs_the_api_key_and_a_usable_offer(server):
                 keyed = {**sdp_headers, "Authorization": f"Bearer {KEY}"}
                 garbage = await http.post(url, content=re.sub(r"m=audio \d+", "m=audio port", sdp), headers=keyed)
                 prose = await http.post(url, content="v=0\r\nthis is not sdp", headers=keyed)
+                no_ice = await http.post(url, content=re.sub(r"a=ice-ufrag:.*\r\n", "", sdp), headers=keyed)
                 no_opus = await http.post(url, content=sdp.replace("opus/48000/2", "speex/48000"), headers=keyed)
                 text = await http.post(url, content=sdp, headers={"Authorization": f"Bearer {KEY}",
                                                                   "Content-Type": "text/plain"})
                 bad_session = await http.post(url, headers={"Authorization": f"Bearer {KEY}"},
                                               files={"sdp": (None, sdp), "session": (None, '{"instructions": 3}')})
-            return no_key, wrong, garbage, prose, no_opus, text, bad_session
+            return no_key, wrong, garbage, prose, no_ice, no_opus, text, bad_session
         finally:
             await call.hang_up()
 
-    no_key, wrong, garbage, prose, no_opus, text, bad_session = run(scenario())
+    no_key, wrong, garbage, prose, no_ice, no_opus, text, bad_session = run(scenario())
     assert no_key.status_code == wrong.status_code == 401
     assert no_key.json()["error"]["code"] == "invalid_api_key"
     for answer, code, words in [(garbage, "invalid_offer", "cannot be parsed"), (no_opus, "invalid_offer", "Opus"),
-                                (prose, "invalid_offer", "Opus"),
+                                (prose, "invalid_offer", "Opus"), (no_ice, "invalid_offer", "ICE username"),
                                 (text, "invalid_request", "application/sdp"), (bad_session, "invalid_value", "")]:
         assert answer.status_code == 400, answer.text
         error = answer.json()["error"]

@@ -344,6 +344,11 @@ class Connection:
         self.server.notify("closed", self.session_id, live)
 
 
+def asked(request, option: str) -> bool:
+    """An opt-in of a WebSocket's or a call's URL query (``?voicechat_frames=1``)."""
+    return request.query_params.get(option, "").lower() in ("1", "true", "yes")
+
+
 def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:
     """Thread: forward the live session's events (blocking reads) into the connection's event loop."""
     for event in live:

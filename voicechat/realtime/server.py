@@ -17,7 +17,8 @@ from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
 from ..limits import DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
-from .connection import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES, Connection
+from .connection import (CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES,
+                         Connection, asked)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
 from .webrtc import CALLS_PATH, Calls, http_error
 
@@ -171,11 +172,6 @@ class RealtimeServer:
                              extension_events=asked(websocket, "voicechat_events")).run()
         finally:
             self.release(name)
-
-
-def asked(websocket, option: str) -> bool:
-    """An opt-in of the URL's query (``?voicechat_frames=1``)."""
-    return websocket.query_params.get(option, "").lower() in ("1", "true", "yes")
 
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",

@@ -16,6 +16,7 @@ import av
 import numpy as np
 import soxr
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.exceptions import InvalidAccessError, InvalidStateError
 from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import SessionDescription
 from fastapi import Request
@@ -23,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..audio import to_int16
 from ..config import OUTPUT_SAMPLE_RATE
-from .connection import CLOSE_NORMAL, Connection
+from .connection import CLOSE_NORMAL, Connection, asked
 from .protocol import RATE, ClientEventError, SessionConfig, error_event, new_id
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
@@ -186,70 +187,92 @@ def check_offer(sdp: str) -> None:
                                                 "the codec this server speaks", "sdp")
 
 
+class Call:
+    """One call's peer connection and conversation: the events channel, the outgoing track, the microphone's
+    listener."""
+
+    def __init__(self, server, name: str, session: Optional[dict], extension_events: bool):
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host addresses only: no STUN lookups
+        self.socket, self.track = ChannelSocket(self.pc), AnswerTrack()
+        self.connection = Connection(server, self.socket, name, frames_event=False,
+                                     extension_events=extension_events, audio_out=self.track.play)
+        if session is not None:  # the offer's session is the first session.update the conversation reads
+            self.socket.inbox.put_nowait({"type": "websocket.receive",
+                                          "text": json.dumps({"type": "session.update", "session": session})})
+        self.listeners: list[asyncio.Task] = []
+        self.pc.on("datachannel", self.socket.attach)
+        self.pc.on("track", self.heard)
+        self.pc.on("connectionstatechange", self.changed)
+        self.pc.addTrack(self.track)
+
+    def heard(self, remote) -> None:
+        if remote.kind == "audio":
+            self.listeners.append(asyncio.create_task(listen(remote, self.connection)))
+
+    def changed(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self.socket.ended()
+
+    async def offered(self, sdp: str) -> None:
+        """ClientEventError when aiortc cannot take the offer."""
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp, "offer"))
+        except (ValueError, KeyError, InvalidAccessError, InvalidStateError) as e:  # aiortc's words for it
+            raise ClientEventError("invalid_offer", f"the SDP offer cannot be answered: {e}", "sdp")
+
+    async def answer(self) -> str:
+        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        return self.pc.localDescription.sdp
+
+    async def converse(self) -> None:
+        """The conversation, until the caller hangs up or the server ends it; the slot is freed after."""
+        try:
+            await self.connection.run()
+        finally:
+            await self.end()
+
+    async def end(self) -> None:
+        for task in self.listeners:
+            task.cancel()
+        await self.pc.close()
+        self.connection.server.release(self.connection.name)
+
+
 class Calls:
     """``POST /v1/realtime/calls`` for one RealtimeServer: the same API key, admission and limits as its WebSocket."""
 
     def __init__(self, server):
         self.server = server
-        self.running: dict[str, asyncio.Task] = {}  # call id -> its conversation
+        self.running: dict[str, asyncio.Task] = {}  # call name -> its conversation
 
     async def create(self, request: Request) -> Response:
         if not self.server.authorized(request):
             return http_error(ClientEventError("invalid_api_key", "no valid API key: send Authorization: Bearer "
                                                                   "KEY"), 401)
+        call_id = new_id("rtc")
+        name = f"call {call_id} from {request.client.host if request.client else '?'}"
+        call = None
         try:
             sdp, session = await read_offer(request)
             check_offer(sdp)
+            call = Call(self.server, name, session, asked(request, "voicechat_events"))
+            await call.offered(sdp)
         except ClientEventError as e:
-            log.warning("call refused: %s: %s", e.code, e.message)
+            log.warning("%s: refused: %s: %s", name, e.code, e.message)
+            if call is not None:
+                await call.end()
             return http_error(e, 400)
-        self.server.count += 1
-        call_id = new_id("rtc")
-        name = f"call {self.server.count} from {request.client.host if request.client else '?'}"
         busy = await self.server.admit(name)
         if busy is not None:
+            await call.end()
             return http_error(busy, 503)
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only: no STUN lookups
         try:
-            answer = await self.answer(pc, sdp, name, session, request.query_params.get("voicechat_events", ""))
-        except ClientEventError as e:
-            self.server.release(name)
-            await pc.close()
-            log.warning("%s: refused: %s", name, e.message)
-            return http_error(e, 400)
-        return Response(answer, status_code=201, media_type="application/sdp",
-                        headers={"Location": f"{CALLS_PATH}/{call_id}"})
-
-    async def answer(self, pc: RTCPeerConnection, sdp: str, name: str, session: Optional[dict], events: str) -> str:
-        """Set up the call on ``pc`` and start its conversation: the SDP answer."""
-        socket, track = ChannelSocket(pc), AnswerTrack()
-        connection = Connection(self.server, socket, name, frames_event=False,
-                                extension_events=events.lower() in ("1", "true", "yes"), audio_out=track.play)
-        if session is not None:  # the offer's session is the first session.update the conversation reads
-            socket.inbox.put_nowait({"type": "websocket.receive",
-                                     "text": json.dumps({"type": "session.update", "session": session})})
-        listeners: list[asyncio.Task] = []
-        pc.on("datachannel", socket.attach)
-        pc.on("track", lambda remote: listeners.append(asyncio.create_task(listen(remote, connection)))
-              if remote.kind == "audio" else None)
-        pc.on("connectionstatechange", lambda: socket.ended() if pc.connectionState in ("failed", "closed") else None)
-        pc.addTrack(track)
-        try:
-            await pc.setRemoteDescription(RTCSessionDescription(sdp, "offer"))
-            await pc.setLocalDescription(await pc.createAnswer())
-        except (ValueError, KeyError, AttributeError) as e:  # aiortc's words for an offer it cannot answer
-            raise ClientEventError("invalid_offer", f"the SDP offer cannot be answered: {e}", "sdp")
-        task = asyncio.create_task(self.converse(connection, pc, listeners))
+            answer = await call.answer()
+        except BaseException:  # a bug: the slot is not kept
+            await call.end()
+            raise
+        task = asyncio.create_task(call.converse())
         self.running[name] = task
         task.add_done_callback(lambda _: self.running.pop(name, None))
-        return pc.localDescription.sdp
-
-    async def converse(self, connection: Connection, pc: RTCPeerConnection, listeners: list) -> None:
-        """The call's conversation, until the caller hangs up or the server ends it; the slot is freed after."""
-        try:
-            await connection.run()
-        finally:
-            for task in listeners:
-                task.cancel()
-            await pc.close()
-            self.server.release(connection.name)
+        return Response(answer, status_code=201, media_type="application/sdp",
+                        headers={"Location": f"{CALLS_PATH}/{call_id}"})
