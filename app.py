@@ -21,7 +21,6 @@ import argparse
 import html
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -296,7 +295,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     if args.demo:
-        loader = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-"))
+        loader = eng.demo_model()
         name = "tiny random-weight demo model"
         print("Demo mode: a tiny model with random weights. Its answers are noise; it shows how the app works.")
     else:

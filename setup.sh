@@ -3,7 +3,10 @@
 #   ./setup.sh app [app.py options]     e.g. ./setup.sh app --demo
 #   ./setup.sh test [pytest options]    e.g. ./setup.sh test -m "not browser"
 # A venv of its own because macOS's Homebrew Python and Debian's refuse `pip install` into the system (PEP 668). It
-# installs only when .venv is new or a requirements file changed since the last set-up; later runs start at once.
+# installs only when .venv is new or a requirements file or pyproject.toml changed since the last set-up; later runs
+# start at once. This checkout is installed into it editable (`pip install -e .`): .venv/bin/voicechat runs this
+# folder's code, and so does `import voicechat` in the venv (the tests import the same files through pytest's
+# pythonpath).
 set -eu
 cd "$(dirname "$0")"
 what=${1:-}
@@ -27,12 +30,15 @@ if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   fi
 fi
 stamp=.venv/.set-up-for-$what
-if [ ! -f "$stamp" ] || [ -n "$(find $lists -newer "$stamp")" ]; then
+if [ ! -f "$stamp" ] || [ ! -x .venv/bin/voicechat ] || [ -n "$(find $lists pyproject.toml -newer "$stamp")" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
+  # setuptools' editable build warns that a folder named voicechat here may shadow the package: it is the package
   # shellcheck disable=SC2046  # one "-r FILE" pair per list
-  .venv/bin/python -m pip install -q $(for f in $lists; do printf -- '-r %s ' "$f"; done)
+  PYTHONWARNINGS=ignore::UserWarning \
+    .venv/bin/python -m pip install -q $(for f in $lists; do printf -- '-r %s ' "$f"; done) -e .
   touch "$stamp"
 fi
+mkdir -p outputs  # where the app and the command line write by default (git-ignored)
 case $what in
   app) exec .venv/bin/python app.py "$@" ;;
   test) exec .venv/bin/python -m pytest -q -rfEs tests "$@" ;;

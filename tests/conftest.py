@@ -1,5 +1,7 @@
 """Shared test paths. NeMo fixtures: tests/fixtures/nemo (made by tests/fixtures/nemo/regenerate.sh)."""
 
+import contextlib
+import signal
 from pathlib import Path
 
 import voicechat  # noqa: F401  (first, so that its BLAS preload comes before any test module imports mlx)
@@ -17,6 +19,22 @@ HARNESS_TTS = {"greedy": dict(guidance_scale=0.5, top_k=1, noise_scale=0.0),
 HARNESS_RUNS = {"greedy": ("tiny_model", "greedy"), "sampled": ("tiny_model", "sampled"),
                 "greedy_aria": ("tiny_model_aria", "greedy"), "sampled_aria": ("tiny_model_aria", "sampled"),
                 "v2_greedy_aria": ("tiny_v2_aria", "greedy")}
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test stops with SIGINT (Ctrl+C): a runner started in the background (`nohup`,
+    `cmd &` in a script) ignores SIGINT, its children inherit that, and Python then raises no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """This process ignores SIGINT meanwhile, as a runner started in the background does (children inherit it)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class ReplayNoise:

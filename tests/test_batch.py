@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from conftest import HARNESS_WAV, NEMO, TESTS
+from conftest import HARNESS_WAV, NEMO, TESTS, default_sigint, sigint_ignored
 import voicechat
 from voicechat.__main__ import main
 from voicechat.audio import to_int16
@@ -297,17 +297,18 @@ def five_recordings(tmp_path_factory):
 def test_a_stopped_run_resumes_and_ends_as_an_uninterrupted_run(sig, five_recordings, tmp_path):
     recordings, whole = five_recordings
     out = tmp_path / "stopped"
-    run = subprocess.Popen([sys.executable, "-m", "voicechat", "batch", str(recordings), "--out", str(out),
-                            *map(str, KILL_ARGS)], env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with sigint_ignored():  # started as by a runner in the background: the child still stops on Ctrl+C
+        run = subprocess.Popen([sys.executable, "-m", "voicechat", "batch", str(recordings), "--out", str(out),
+                                *map(str, KILL_ARGS)], env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     while not (out / "items" / "q1" / "conversation.json").exists() and run.poll() is None:
         time.sleep(0.01)
     run.send_signal(sig)
     err = run.communicate()[1]
     complete = sorted(p.parent.name for p in (out / "items").glob("*/conversation.json"))
     assert complete[:2] == ["q0", "q1"] and len(complete) < 5, "stopped after two items, before the last"
-    if sig == signal.SIGINT:  # Ctrl+C: exit 1, nothing half-written left behind
-        assert run.returncode == 1 and err.endswith("interrupted\n")
+    if sig == signal.SIGINT:  # Ctrl+C: exit 130 (128 + SIGINT, the shell's convention), nothing half-written left
+        assert run.returncode == 130 and err.endswith("interrupted\n")
         assert not list(out.rglob("*.tmp"))
         listed = list(summary(out)[0])  # the items finished before the stop (the last one's line may not be in)
         assert listed == complete[:len(listed)] and len(listed) >= len(complete) - 1

@@ -1,6 +1,7 @@
 """``python -m voicechat``: generate on every layout, byte-identical seeded WAVs, the conversation record, where
 answers go, and exit codes for bad input and bad output paths (found before the model loads)."""
 
+import argparse
 import io
 import json
 import os
@@ -13,7 +14,8 @@ import soundfile as sf
 
 from conftest import HARNESS_WAV, NEMO, TESTS
 from test_audio import write_with_pyav
-from voicechat.__main__ import main
+import voicechat
+from voicechat.__main__ import main, parser
 from voicechat.terminal import terminal_text
 from voicechat.random_checkpoint import LAYOUTS, write_checkpoint
 from voicechat.result import CONVERSATION_FIELDS
@@ -121,16 +123,19 @@ def test_bad_output_path_exits_2_before_the_model_loads(option, value, words, tm
     assert main(["bench", "--model", str(tmp_path / "no model"), "--json", str(tmp_path / "missing/b.json")]) == 2
 
 
-def test_without_output_audio_the_answer_goes_next_to_you(layouts, tmp_path, monkeypatch, capsys):
+def test_without_output_audio_the_answer_goes_into_the_outputs_folder(layouts, tmp_path, monkeypatch, capsys):
+    """Under ./outputs (git-ignored in a checkout), made when missing; never into the current folder itself."""
     monkeypatch.chdir(tmp_path)
     args = ["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--quiet",
             "--extra-seconds", "0"]
     assert main(args) == 0
-    first = tmp_path / "question_16k-answer.wav"
+    first = tmp_path / "outputs" / "question_16k-answer.wav"
     assert f"wrote {first} (" in capsys.readouterr().err and sf.info(first).samplerate == 22050
     assert main(args) == 0  # never overwrites: the next answer gets the next name
-    assert f"wrote {tmp_path / 'question_16k-answer-2.wav'} (" in capsys.readouterr().err
-    assert first.read_bytes() == (tmp_path / "question_16k-answer-2.wav").read_bytes()
+    assert f"wrote {tmp_path / 'outputs' / 'question_16k-answer-2.wav'} (" in capsys.readouterr().err
+    assert first.read_bytes() == (tmp_path / "outputs" / "question_16k-answer-2.wav").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs"]
+    assert "/outputs/" in (TESTS.parent / ".gitignore").read_text().splitlines()
 
 
 def test_a_voice_memo_in_m4a_is_answered(layouts, tmp_path, capsys):
@@ -154,7 +159,7 @@ def test_module_entry_point(layouts, tmp_path):
                         "--audio", str(HARNESS_WAV), "--quiet", "--extra-seconds", "0"], capture_output=True,
                        text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent)}, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("[user] ") and (tmp_path / "question_16k-answer.wav").is_file()
+    assert p.stdout.startswith("[user] ") and (tmp_path / "outputs" / "question_16k-answer.wav").is_file()
 
 
 def test_an_unknown_option_gets_the_commands_usage(capsys):
@@ -166,19 +171,38 @@ def test_an_unknown_option_gets_the_commands_usage(capsys):
 
 def test_demo_answers_without_a_checkpoint_and_the_log_gets_a_line_per_tenth(tmp_path):
     """``generate --demo`` (as app, live and serve have it) run with stderr into a file, as a log gets it."""
-    log = tmp_path / "log.txt"
+    log, temporary = tmp_path / "log.txt", tmp_path / "tmp"
+    temporary.mkdir()
     with log.open("w") as err:
         p = subprocess.run([sys.executable, "-m", "voicechat", "generate", "--demo", "--audio", str(HARNESS_WAV),
                             "--json", "a.json", "--extra-seconds", "1"], stdout=subprocess.PIPE, stderr=err,
                            text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS.parent),
-                                                         "HF_HUB_OFFLINE": "1"}, timeout=300)
+                                                         "HF_HUB_OFFLINE": "1", "TMPDIR": str(temporary)}, timeout=300)
     text = log.read_text()
     assert p.returncode == 0, text
+    assert not list(temporary.glob("voicechat-*"))  # the demo checkpoint's folder is gone (mlx/ is MLX's own)
     assert json.loads((tmp_path / "a.json").read_text())["demo_model"] is True
-    assert (tmp_path / "question_16k-answer.wav").is_file()
+    assert (tmp_path / "outputs" / "question_16k-answer.wav").is_file()
     progress = [line for line in text.splitlines() if "frames/s" in line]
     assert "\r" not in text and 2 <= len(progress) <= 11  # one line at each tenth of the run, the last one 100%
     assert progress[-1].startswith(f"[{'#' * 30}]")
+
+
+def test_a_demo_server_leaves_no_temporary_folder_even_when_killed(tmp_path):
+    """The demo checkpoint is written, loaded and removed before the server says it is ready: a SIGKILL (which no
+    clean-up survives) leaves nothing behind (a 5.6 MB voicechat-demo-* folder per run, before issue 39)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    server = subprocess.Popen([sys.executable, "-m", "voicechat", "serve", "--demo", "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(TESTS.parent), "HF_HUB_OFFLINE": "1",
+                                   "TMPDIR": str(temporary)})
+    try:
+        assert any("Realtime API at" in line for line in server.stdout)
+    finally:
+        server.kill()
+        server.wait(60)
+    assert not list(temporary.glob("voicechat-*"))
 
 
 def test_control_characters_of_a_models_text_are_shown_escaped():
@@ -250,7 +274,7 @@ def test_outputs_never_replace_the_input_or_each_other(tmp_path):
                         (["--json", str(recording)], "--json and --audio are the same file"),
                         (["--output-audio", "a.wav", "--json", str(tmp_path / "a.wav")],
                          "--json and --output-audio are the same file")]:
-        p = run_cli("generate", "--model", "no model", "--audio", str(recording), *args, cwd=tmp_path)
+        p = run_cli("generate", "--model", "no model", "--audio", str(recording), *args, "--overwrite", cwd=tmp_path)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert recording.read_bytes() == HARNESS_WAV.read_bytes() and not (tmp_path / "a.wav").exists()
 
@@ -281,7 +305,7 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
     p = run_cli("generate", "--model", str(NEMO / "tiny_model"), "--audio", str(HARNESS_WAV), "--output-audio",
-                str(answer), "--quiet", "--extra-seconds", "0", cwd=tmp_path, preexec_fn=small_files)
+                str(answer), "--overwrite", "--quiet", "--extra-seconds", "0", cwd=tmp_path, preexec_fn=small_files)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.splitlines()[-1] == f"error: could not write {answer} (File too large); nothing was written there"
     assert answer.read_bytes() == b"the previous answer" and not list(tmp_path.glob(".*.tmp"))
@@ -297,6 +321,87 @@ def test_live_outputs_are_checked_before_the_model_loads(tmp_path):
                          "is not a folder; give a folder for the files"),
                         (["--output-file", "o.wav", "--save", "/proc/voicechat/saved"],
                          "--save /proc/voicechat/saved: cannot write in /proc")]:
-        p = run_cli("live", "--model", "no model", "--input-file", str(recording), "--fast", *args, cwd=tmp_path)
+        p = run_cli("live", "--model", "no model", "--input-file", str(recording), "--fast", *args, "--overwrite",
+                    cwd=tmp_path)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert recording.read_bytes() == HARNESS_WAV.read_bytes()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the command's own help (issue 39): every option says what it does; --version
+# ----------------------------------------------------------------------------------------------------------------
+def every_argument(p: argparse.ArgumentParser, path: tuple = ()):
+    """(command path, action) for every argument of ``p`` and of its subcommands, at any depth."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_argument(sub, (*path, name))
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, action
+
+
+def test_every_option_of_every_command_has_a_help_line():
+    arguments = list(every_argument(parser()))
+    commands = {path[0] for path, _ in arguments if path}
+    assert {"generate", "batch", "download", "bench", "serve", "live", "voices"} <= commands
+    assert sum(1 for path, _ in arguments if path[:1] == ("voices",)) > 10  # voices' own subcommands were walked
+    missing = [" ".join([*path, "/".join(a.option_strings) or a.dest]) for path, a in arguments if not a.help]
+    assert missing == []
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"voicechat {voicechat.__version__}\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# files (issue 39 §4): an output that exists is replaced only with --overwrite; outputs honour the umask
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command, option", [
+    (["generate", "--audio", str(HARNESS_WAV)], "--output-audio"),
+    (["generate", "--audio", str(HARNESS_WAV)], "--json"),
+    (["live", "--input-file", str(HARNESS_WAV), "--fast", "--output-file", "{tmp}/o.wav"], "--output-file"),
+    (["bench"], "--json"),
+])
+def test_an_existing_output_is_refused_without_overwrite(command, option, tmp_path, capsys):
+    target = tmp_path / "there"
+    target.write_bytes(b"the user's file")
+    args = [a.format(tmp=tmp_path) for a in command]
+    # the missing model would be exit 1: refused before it is looked for
+    assert main([*args, "--model", str(tmp_path / "no model"), option, str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {option} {target} exists; give --overwrite to replace it, or another name\n"
+    assert target.read_bytes() == b"the user's file"
+
+
+def test_live_save_refuses_a_folder_holding_a_saved_call(tmp_path, capsys):
+    (tmp_path / "call").mkdir()
+    (tmp_path / "call" / "conversation.json").write_text("{}")
+    assert main(["live", "--model", str(tmp_path / "no model"), "--input-file", str(HARNESS_WAV), "--fast",
+                 "--output-file", str(tmp_path / "o.wav"), "--save", str(tmp_path / "call")]) == 2
+    assert "holds conversation.json already; give --overwrite" in capsys.readouterr().err
+
+
+def test_overwrite_replaces_the_outputs(layouts, tmp_path, capsys):
+    answer, record = tmp_path / "a.wav", tmp_path / "a.json"
+    answer.write_bytes(b"old")
+    record.write_bytes(b"old")
+    assert main(["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--output-audio",
+                 str(answer), "--json", str(record), "--overwrite", "--quiet", "--extra-seconds", "0"]) == 0
+    assert sf.info(answer).samplerate == 22050 and json.loads(record.read_text())["answer_file"] == "a.wav"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_outputs_honour_the_umask(umask, layouts, tmp_path):
+    """The answer, the record and every file of batch (voicechat/files.py) get 0666 less the umask, as any file a
+    program makes (they were 0600 whatever the umask)."""
+    old = os.umask(umask)
+    try:
+        assert main(["generate", "--model", str(layouts["nested"]), "--audio", str(HARNESS_WAV), "--output-audio",
+                     str(tmp_path / "a.wav"), "--json", str(tmp_path / "a.json"), "--quiet",
+                     "--extra-seconds", "0"]) == 0
+        (tmp_path / "plain").touch()  # what open() makes under this umask: the reference
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["a.wav", "a.json", "plain"], 0o666 & ~umask)

@@ -6,6 +6,9 @@ centred frames run to 1 + N // 160, the mel columns past the valid length are 0,
 encoder frames), so the positions the end creates are NeMo's too and no position is exempt from the comparison.
 """
 
+import os
+import subprocess
+import sys
 from functools import lru_cache
 
 import mlx.core as mx
@@ -13,7 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, ReplayNoise
+from conftest import HARNESS_RUNS, HARNESS_TTS, HARNESS_WAV, NEMO, TESTS, ReplayNoise
 import voicechat
 from voicechat import AudioInputError, GenerationConfig, TimelineFull
 from voicechat.timeline import conversation as session_module
@@ -339,3 +342,35 @@ def test_a_bfloat16_model_keeps_bfloat16_state(release_model):
     assert {a.dtype for a in floats if a.shape == ssm_shape} == {mx.float32}
     assert {a.dtype for a in s.group.tts_state.arrays() if mx.issubdtype(a.dtype, mx.floating)} == {mx.bfloat16}
     assert s.feed(np.zeros(1280, np.float32), 16000)[0].audio.dtype == np.float32  # what the caller gets
+
+
+KEPT_AFTER_THE_END = '''
+import functools
+import sys
+
+import numpy as np
+
+import voicechat
+
+
+@functools.lru_cache(maxsize=None)  # as FastAPI's route cache: its keys live until the interpreter's last teardown
+def cached(key) -> bool:
+    return True
+
+
+model = voicechat.load(sys.argv[1])
+session = model.session(seed=0)
+list(session.feed(np.zeros(24000, np.float32), 24000))  # a browser's rate: soxr's stream resampler
+session.flush()
+cached(session)  # kept for its result, as the app's recorder keeps a conversation
+'''
+
+
+def test_an_ended_session_kept_to_the_exit_leaves_nanobind_nothing_to_report(tmp_path):
+    """An ended session gives up soxr's stream: kept until the interpreter's last teardown (the app's and serve's
+    recorders, through FastAPI's cache) it made nanobind print "leaked instance" lines at every exit (issue 39)."""
+    script = tmp_path / "kept.py"
+    script.write_text(KEPT_AFTER_THE_END)
+    p = subprocess.run([sys.executable, str(script), str(NEMO / "tiny_model")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(TESTS.parent)}, timeout=300)
+    assert p.returncode == 0 and p.stderr == "", p.stderr

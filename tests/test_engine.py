@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -411,6 +412,22 @@ def test_download_bar_reports_byte_progress():
     with bar_class(total=3, file=io.StringIO()) as files:  # the "Fetching N files" bar counts files, not bytes
         files.update(1)
     assert len(reports) == 3
+
+
+def test_download_bar_draws_only_on_a_terminal():
+    """huggingface_hub gives a class of its own no ``disable``: tqdm's default drew it, carriage returns and all, into
+    the pipe or log that the app's and serve's stderr is (issue 39)."""
+    bar_class = eng.download_bar("org/model", lambda status: None)
+    bar_class.monitor_interval = 0  # no tqdm monitor thread left running after the test
+    log = io.StringIO()
+    with bar_class(total=4 * 2**20, unit="B", unit_scale=True, file=log) as bar:
+        bar.update(2**20)
+    assert log.getvalue() == ""
+    leader, follower = os.openpty()
+    with open(follower, "w") as terminal, bar_class(total=4, file=terminal) as bar:
+        bar.update(1)
+    assert b"\r" in os.read(leader, 4096)
+    os.close(leader)
 
 
 def test_close_cancels_waiting_jobs_and_stops_the_thread():

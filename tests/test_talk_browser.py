@@ -34,7 +34,7 @@ TIMEOUT = 60000  # ms, for anything the model has to compute on a slow shared ma
 @pytest.fixture(scope="module")
 def demo_app(tmp_path_factory):
     """The app as `python app.py --demo` builds it, on a free port of this process."""
-    engine = eng.Engine(eng.demo_model(tmp_path_factory.mktemp("demo-model")), name="tiny random-weight demo model",
+    engine = eng.Engine(eng.demo_model(), name="tiny random-weight demo model",
                         max_waiting=app.MAX_WAITING).start()
     outputs = tmp_path_factory.mktemp("live-outputs")
     demo = app.build_app(engine, outputs=outputs, demo_mode=True)
@@ -237,7 +237,7 @@ def test_record_and_run_plays_the_answer_while_it_is_generated(served, browser):
 @pytest.fixture(scope="module")
 def demo_app_two(tmp_path_factory):
     """`python app.py --demo --max-sessions 2`, on a free port of this process."""
-    engine = eng.Engine(eng.demo_model(tmp_path_factory.mktemp("demo-model-2")), name="tiny random-weight demo model",
+    engine = eng.Engine(eng.demo_model(), name="tiny random-weight demo model",
                         max_waiting=app.MAX_WAITING, max_sessions=2).start()
     outputs = tmp_path_factory.mktemp("live-outputs-2")
     demo = app.build_app(engine, outputs=outputs, demo_mode=True)

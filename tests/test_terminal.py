@@ -24,7 +24,7 @@ import soundfile as sf
 import soxr
 
 import voicechat
-from conftest import HARNESS_WAV, NEMO
+from conftest import HARNESS_WAV, NEMO, default_sigint
 from pulse import SPEAKER_RATE, pulse  # noqa: F401  (pulse: the fixture)
 from voicechat.devices import FAST_AHEAD, FileMicrophone, FileSpeaker, JitterBuffer, Ring
 from voicechat.errors import FellBehind
@@ -253,7 +253,7 @@ class Running:
 
     def __init__(self, *args: str, env: dict):
         self.process = subprocess.Popen(live_command(*args), env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
         self.out: list[str] = []
         self.ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)

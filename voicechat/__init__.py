@@ -5,6 +5,8 @@
     result.text, result.function_text, result.user_transcript, result.audio (22.05 kHz)
 """
 
+__version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here (`voicechat --version`)
+
 from . import compute  # noqa: F401  (preloads an optimized BLAS before anything imports mlx)
 from .config import NVIDIA_SAMPLING, GenerationConfig
 from .errors import (AudioInputError, Cancelled, CheckpointError, ConfigError, ModelUnavailable, TimelineFull,

@@ -1,7 +1,7 @@
 """Command line: ``voicechat generate | batch | download | bench | serve | live | voices`` (installed with the package;
 the same as ``python -m voicechat ...``).
 
-Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 1 any other failure.
+Exit codes: 0 ok, 2 bad usage or input (found before the model loads), 130 stopped by Ctrl+C, 1 any other failure.
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from pathlib import Path
 from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
 from .errors import AudioInputError, ConfigError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
-from .files import checked_folder, checked_output, distinct_files, write_atomically
+from .files import OUTPUTS, checked_folder, checked_output, distinct_files, write_atomically
 from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 from .voices import VoiceError
+
+
+SEED_HELP = "the random seed: the same input, settings and seed give the same answer (default 0)"
 
 
 class UsageError(Exception):
@@ -75,9 +78,12 @@ def input_file(path: str) -> Path:
 
 
 def default_answer_file(recording: Path) -> Path:
-    """``<recording name>-answer.wav`` in the current folder, numbered so that no file is overwritten."""
+    """``outputs/<recording name>-answer.wav`` under the current folder (made if missing; git-ignored in a checkout),
+    numbered so that no file is overwritten."""
+    folder = Path.cwd() / OUTPUTS
+    checked_folder(str(folder), "the default output folder").mkdir(exist_ok=True)
     names = (f"{recording.stem}-answer{'' if n == 1 else f'-{n}'}.wav" for n in itertools.count(1))
-    return next(p for p in (Path.cwd() / name for name in names) if not p.exists())
+    return next(p for p in (folder / name for name in names) if not p.exists())
 
 
 def chosen_tools(a: argparse.Namespace) -> tuple:
@@ -100,33 +106,27 @@ def print_tool_calls(result) -> None:
         print(terminal_text(f"[tool] {call.name or '?'}({arguments}) -> {outcome}"))
 
 
-def cmd_generate(a: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
-        return answer_recording(a, Path(scratch))
-
-
-def load_model(a: argparse.Namespace, scratch: Path):
-    """The checkpoint ``--model`` names, or with ``--demo`` the app's tiny random-weight model written into
-    ``scratch``."""
+def load_model(a: argparse.Namespace):
+    """The checkpoint ``--model`` names, or with ``--demo`` the app's tiny random-weight model."""
     from . import load
     from .engine import demo_model
 
     if a.demo:
         print("loading the demo model (random weights: its answers are noise) ...", file=sys.stderr)
-        return demo_model(scratch)(None)
+        return demo_model()(None)
     print(f"loading {a.model} ...", file=sys.stderr)
     return load(a.model, tokenizer=a.tokenizer, offline=a.offline)
 
 
-def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
+def cmd_generate(a: argparse.Namespace) -> int:
     from .answer import make_answer
     from .audio import check_recording, read_audio, write_wav
     from .terminal import terminal_text
     from .result import conversation_json
 
     recording = input_file(a.audio)
-    answer_file = checked_output(a.output_audio, "--output-audio") or default_answer_file(recording)
-    json_file = checked_output(a.json, "--json")
+    answer_file = checked_output(a.output_audio, "--output-audio", a.overwrite) or default_answer_file(recording)
+    json_file = checked_output(a.json, "--json", a.overwrite)
     distinct_files({"--audio": recording, "--output-audio": answer_file, "--json": json_file})
     gen = generation_config(a)
     checked_seed(a.seed)
@@ -136,7 +136,7 @@ def answer_recording(a: argparse.Namespace, scratch: Path) -> int:
     tools = chosen_tools(a)
     speaker = chosen_voice(a) if a.voice else a.speaker
     t0 = time.perf_counter()
-    model = load_model(a, scratch)
+    model = load_model(a)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     bar = ProgressBar()
     t0 = time.perf_counter()
@@ -185,16 +185,15 @@ def cmd_batch(a: argparse.Namespace) -> int:
     prepare_output(out, settings, source)
     print(f"{len(items)} items ({fmt}) -> {out}", file=sys.stderr)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
-        model = load_model(a, Path(scratch))
-        print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        bar = None if a.quiet else BatchProgress(len(items))
-        t0 = time.perf_counter()
-        try:
-            outcomes = run_batch(model, items, out, settings, a.sessions, bar)
-        finally:
-            if bar is not None:
-                bar.close()
+    model = load_model(a)
+    print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    bar = None if a.quiet else BatchProgress(len(items))
+    t0 = time.perf_counter()
+    try:
+        outcomes = run_batch(model, items, out, settings, a.sessions, bar)
+    finally:
+        if bar is not None:
+            bar.close()
     print(summary_text(outcomes, time.perf_counter() - t0, out))
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
@@ -270,7 +269,7 @@ def add_library_argument(p: argparse.ArgumentParser) -> None:
 
     from .voices import LIBRARY_FOLDER
 
-    p.add_argument("--voices", default=os.environ.get("VOICECHAT_VOICES", str(Path("outputs") / LIBRARY_FOLDER)),
+    p.add_argument("--voices", default=os.environ.get("VOICECHAT_VOICES", str(Path(OUTPUTS) / LIBRARY_FOLDER)),
                    help="the voice library's folder (default: $VOICECHAT_VOICES, else ./outputs/voices: the app's "
                         "when it is started in this folder)")
 
@@ -286,10 +285,10 @@ def add_voices_parser(sub) -> None:
     add.add_argument("name", help="up to 32 letters, digits, spaces, - or _")
     add.add_argument("file", help="the recording (any format generate reads)")
     rename = actions.add_parser("rename", parents=[common], help="rename a voice you added")
-    rename.add_argument("name")
-    rename.add_argument("new_name")
+    rename.add_argument("name", help="the voice's name now")
+    rename.add_argument("new_name", help="its new name (the same rules as add's)")
     remove = actions.add_parser("remove", parents=[common], help="remove a voice you added")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the voice to remove")
     v.set_defaults(func=cmd_voices)
 
 
@@ -301,7 +300,7 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    checked_output(a.json, "--json")
+    checked_output(a.json, "--json", a.overwrite)
     if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
         from .benchmarks.sessions import main as sessions_main
 
@@ -321,7 +320,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         from .realtime import serve
     except ImportError as e:
         raise UsageError(f"the Realtime server needs {e.name}: pip install -r requirements.txt "
-                         "(or pip install \"voicechat[app]\")") from None
+                         "(or pip install \".[app]\" in a checkout)") from None
     from .engine import check_limits
 
     try:
@@ -343,7 +342,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     try:
         from .deploy import ArgumentError, run
     except ImportError as e:
-        raise UsageError(f"--ray needs {e.name}: pip install \"voicechat[serve]\" (Ray Serve)") from None
+        raise UsageError(f"--ray needs {e.name}: pip install \".[ray]\" in a checkout (Ray Serve)") from None
     try:
         run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
             api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
@@ -393,7 +392,7 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--allow-voice-add", action="store_true",
                    help="let clients add voices to the library (the voicechat.voice.add event, docs/voices.md); "
                         "needs --api-key")
-    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \"voicechat[serve]\")",
+    r = s.add_argument_group("Ray Serve (docs/deploy.md; pip install \".[ray]\" in a checkout)",
                              "with --ray, --max-sessions is each replica's, 1 unless given: Ray needs it before the "
                              "models load")
     r.add_argument("--ray", action="store_true", help="serve as a Ray Serve application: replicas behind one address")
@@ -409,7 +408,7 @@ def add_serve_parser(sub) -> None:
 
 def cmd_live(a: argparse.Namespace) -> int:
     from .devices import DeviceChoiceError, device_table, import_sounddevice
-    from .terminal import LiveOptions, run_live
+    from .terminal import SAVED_FILES, LiveOptions, run_live
 
     if a.list_devices:
         print(device_table(import_sounddevice()))
@@ -422,10 +421,10 @@ def cmd_live(a: argparse.Namespace) -> int:
         raise UsageError("--echo-cancel works between a speaker and a microphone; --input-file has neither")
     if a.input_file and not Path(a.input_file).is_file():
         raise UsageError(f"--input-file {a.input_file}: no such file")
-    output = checked_output(a.output_file, "--output-file")
+    output = checked_output(a.output_file, "--output-file", a.overwrite)
     distinct_files({"--input-file": a.input_file and Path(a.input_file), "--output-file": output})
     if a.save:
-        checked_folder(a.save, "--save")
+        checked_folder(a.save, "--save", SAVED_FILES, a.overwrite)
     checked_seed(a.seed)
     checked_prompt(a.system_prompt)
     options = LiveOptions(
@@ -447,7 +446,7 @@ def add_live_parser(sub) -> None:
     v = sub.add_parser("live", help="talk live: microphone and speakers (or a recording played as the microphone)")
     add_model_arguments(v)
     v.add_argument("--system-prompt", default="", help="system prompt (default: none)")
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     v.add_argument("--voice", help="a voice of the library (python -m voicechat voices list)")
     add_library_argument(v)
     v.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
@@ -463,6 +462,7 @@ def add_live_parser(sub) -> None:
     v.add_argument("--input-file", metavar="WAV", help="play this recording as the microphone")
     v.add_argument("--output-file", metavar="OUT.wav", help="write what the speaker would have played (no devices)")
     v.add_argument("--fast", action="store_true", help="with --input-file and --output-file: faster than real time")
+    add_overwrite_argument(v)
     v.add_argument("--tail", type=float, default=4.0, help="seconds of silence after --input-file (default 4)")
     v.add_argument("--seconds", type=float, help="stop after this many seconds")
     v.add_argument("--max-lag", type=float, default=MAX_LAG_SECONDS,
@@ -474,10 +474,15 @@ def add_live_parser(sub) -> None:
     v.set_defaults(func=cmd_live)
 
 
+def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace output files that exist (without it, such a file is an error before the model loads)")
+
+
 def add_answer_arguments(g: argparse.ArgumentParser) -> None:
     """How a recording is answered: prompt, seed, voice, tools, timeline and sampling (generate and batch)."""
     g.add_argument("--system-prompt", default="", help="system prompt (default: none)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     g.add_argument("--speaker", help="speaker latent name of the checkpoint, or a reference WAV")
     g.add_argument("--tools", choices=["builtin"], help="let the model call the built-in tools (date and time, "
                                                          "calculator, unit conversion)")
@@ -491,20 +496,29 @@ def add_answer_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--max-extra-seconds", type=float, default=10.0, help="bound on the appended silence (default 10)")
     g.add_argument("--nvidia-sampling", action="store_true",
                    help="sample the text channel like NVIDIA's wrapper (temperature 0.3, top-p 0.5, repetition 1.1)")
-    g.add_argument("--text-temperature", type=float)
-    g.add_argument("--text-top-p", type=float)
-    g.add_argument("--text-repetition-penalty", type=float)
-    g.add_argument("--tts-guidance", type=float, help="classifier-free guidance scale (checkpoint default)")
-    g.add_argument("--tts-top-p", type=float)
-    g.add_argument("--tts-top-k", type=int)
-    g.add_argument("--tts-noise", type=float)
+    g.add_argument("--text-temperature", type=float,
+                   help="the text channel's sampling temperature (default 0: greedy, the most likely token)")
+    g.add_argument("--text-top-p", type=float, help="sample the text from the smallest set of tokens holding this "
+                                                    "probability, in (0, 1] (default 1)")
+    g.add_argument("--text-repetition-penalty", type=float,
+                   help="penalize the tokens already said by this factor (default 1: none)")
+    g.add_argument("--tts-guidance", type=float, help="the speech's classifier-free guidance scale (default: the "
+                                                      "checkpoint's)")
+    g.add_argument("--tts-top-p", type=float, help="the speech's top-p, in (0, 1] (default: the checkpoint's)")
+    g.add_argument("--tts-top-k", type=int,
+                   help="sample each speech code from the K most likely (default: the checkpoint's)")
+    g.add_argument("--tts-noise", type=float, help="the speech sampler's noise scale, 0 or more (default: the "
+                                                   "checkpoint's)")
     g.add_argument("--turn-markers", action="store_true", help="NVIDIA's <|t|> / <$t$> turn markers in the text")
     g.add_argument("--tokenizer", help="tokenizer.json to use when the checkpoint ships none")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog=prog, description="NemotronLabs-VoiceChat-11B on MLX.")
+    p.add_argument("--version", action="version", version=f"voicechat {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer one recording")
     add_model_arguments(g)
@@ -516,6 +530,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
                                   "per-frame token ids and codes, settings, timings, tool calls (the app's "
                                   "conversation.json)")
     add_answer_arguments(g)
+    add_overwrite_argument(g)
     g.add_argument("--voice", help="a voice of the library (python -m voicechat voices list)")
     add_library_argument(g)
     g.set_defaults(func=cmd_generate)
@@ -534,6 +549,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
                    help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
                         "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")
+    add_overwrite_argument(b)
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)
     add_live_parser(sub)
@@ -558,9 +574,9 @@ def main(argv=None) -> int:
     except VoiceChatError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl+C: the shell's convention, 128 + SIGINT
         print("interrupted", file=sys.stderr)
-        return 1
+        return 130
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import math
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import unicodedata
@@ -35,6 +34,7 @@ from .devices import (EchoCanceller, FileMicrophone, FileSpeaker, Microphone, Sp
 from .errors import FellBehind, VoiceChatError
 
 TICK = 0.01  # the main loop wakes at least this often (seconds)
+SAVED_FILES = ("conversation.wav", "conversation.json")  # what --save DIR writes
 STATUS_EVERY = 0.2  # redraw the status line this often on a terminal (seconds); 1 s when not a terminal
 HEADPHONES = ("Wear headphones: without --echo-cancel, the model hears itself through speakers (and answers "
               "itself).")
@@ -257,10 +257,10 @@ class Resampler:
             np.zeros(0, np.float32), last=True)
 
 
-def model_loader(o: LiveOptions, scratch: Path):
+def model_loader(o: LiveOptions):
     from .engine import demo_model, hub_model
 
-    return demo_model(scratch) if o.demo else hub_model(o.model, offline=o.offline)
+    return demo_model() if o.demo else hub_model(o.model, offline=o.offline)
 
 
 def wait_for_engine(engine, say: Callable[[str], None]) -> None:
@@ -467,7 +467,7 @@ def save_conversation(directory: Path, model, result, call: "LiveCall", o: LiveO
     from .result import conversation_json
 
     directory.mkdir(parents=True, exist_ok=True)
-    wav, js = directory / "conversation.wav", directory / "conversation.json"
+    wav, js = (directory / name for name in SAVED_FILES)
     write_wav(wav, stereo_timeline(call.user_audio(), INPUT_SAMPLE_RATE, result), result.sample_rate)
     summary = call.summary()
     record = conversation_json(
@@ -494,21 +494,20 @@ def run_live(o: LiveOptions, view: Optional[TerminalView] = None, messages: Text
     source, sink, echo = open_ends(o)
     if o.input_file is None:
         say(ECHO_CANCEL if echo is not None else HEADPHONES)
-    with tempfile.TemporaryDirectory(prefix="voicechat-live-") as scratch:
-        engine = Engine(model_loader(o, Path(scratch)), name="the demo model" if o.demo else o.model).start()
+    engine = Engine(model_loader(o), name="the demo model" if o.demo else o.model).start()
+    try:
+        wait_for_engine(engine, say)
+        live = engine.open_live(live_request(o))
+        call = LiveCall(live, source, sink, view, o, echo)
         try:
-            wait_for_engine(engine, say)
-            live = engine.open_live(live_request(o))
-            call = LiveCall(live, source, sink, view, o, echo)
-            try:
-                result = call.run()
-            finally:
-                live.close()
-            view.close(call.status())
+            result = call.run()
         finally:
-            source.close()
-            sink.close()
-            engine.close()
+            live.close()
+        view.close(call.status())
+    finally:
+        source.close()
+        sink.close()
+        engine.close()
     summary = call.summary()
     if o.output_file is not None:
         write_wav(o.output_file, sink.audio(), sink.rate)

@@ -1,5 +1,5 @@
 """Stream a recording into a conversation 80 ms at a time, as a microphone would, and write the spoken answer while
-it arrives (the README's "Streaming sessions" example).
+it arrives (the README's streaming example, under Python API).
 
     python docs/examples/stream_session.py question.wav answer.wav [--model DIR_OR_REPO] [--prompt TEXT] [--tail 3]
 

@@ -214,13 +214,15 @@ def main(args=None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="checkpoint directory or Hub repo id")
     p.add_argument("--frames", type=int, default=50, help="80 ms input frames per run; with --sessions, the "
                    "ticks measured once all N conversations are past their prompts (default 50)")
     p.add_argument("--runs", type=int, default=3, help="timed offline runs (default 3)")
     p.add_argument("--minutes", type=float, default=0.0, help="also one long session of this many minutes")
-    p.add_argument("--workload", choices=("speech", "model"), default="speech")
-    p.add_argument("--json")
+    p.add_argument("--workload", choices=("speech", "model"), default="speech",
+                   help="speech (default): a scripted text channel, as real answers drive the TTS; model: what the "
+                        "checkpoint's own LLM says (the module's docstring)")
+    p.add_argument("--json", metavar="FILE", help="also write the numbers here as JSON")
 
 
 if __name__ == "__main__":

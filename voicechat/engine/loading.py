@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
@@ -69,7 +69,8 @@ def download_bar(name: str, report: Callable[[EngineStatus], None]) -> type:
         def __init__(self, *args, **kwargs):
             self.is_bytes = kwargs.get("unit") == "B"
             self.bytes_done = kwargs.get("initial", 0)  # counted here: a disabled tqdm stops counting
-            super().__init__(*args, **kwargs)
+            # drawn only on a terminal (tqdm's None): into a pipe or a log its redraws are control characters
+            super().__init__(*args, **{"disable": None, **kwargs})
 
         def update(self, n=1):
             self.bytes_done += n or 0
@@ -93,14 +94,18 @@ def hub_model(spec: str, *, offline: bool = False) -> ModelLoader:
     return load
 
 
-def demo_model(directory: Union[str, Path]) -> ModelLoader:
-    """Write a tiny random-weight checkpoint into ``directory`` and load it: the whole app works offline, and every
-    answer is noise."""
+def demo_model() -> ModelLoader:
+    """A tiny random-weight checkpoint written into a temporary folder, loaded, and the folder removed at once: the
+    whole app works offline, every answer is noise, and no run leaves the folder behind, however it ends (issue 39;
+    the loaded model reads none of its files again)."""
 
     def load(progress_bar: type):
+        import tempfile
+
         import voicechat
         from voicechat.random_checkpoint import write_tiny_checkpoint
 
-        return voicechat.load(write_tiny_checkpoint(Path(directory), seed=0), offline=True)
+        with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as folder:
+            return voicechat.load(write_tiny_checkpoint(Path(folder), seed=0), offline=True)
 
     return load

@@ -191,13 +191,12 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
     """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
     voicechat.timeline.admission.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
     ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
-    import tempfile
     import time
 
     from .. import engine as eng
 
     if demo:
-        loader, name = eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), "voicechat-demo"
+        loader, name = eng.demo_model(), "voicechat-demo"
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model

@@ -347,6 +347,9 @@ class Session:
         if self.row is not None:
             self.group.leave(self)
         self.ended = True
+        # soxr's stream goes with the input: an ended session kept for its result (a recorder's, reachable from
+        # FastAPI's route cache until the interpreter's last teardown) would make nanobind report it leaked at exit
+        self.resampler = None
         return self._take()
 
     def _ended(self, frames: list[Frame]) -> list[Frame]:
