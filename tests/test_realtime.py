@@ -334,6 +334,36 @@ def test_cancel_ends_the_response_and_the_rest_of_the_turn_belongs_to_none():
         realtime.RealtimeConversation(frames_event=False).cancel(None)
 
 
+def test_truncate_keeps_the_words_played_and_delete_and_retrieve_work_on_the_record():
+    """A barge-in's truncate cuts an assistant message's transcript to the frames whose audio began before
+    ``audio_end_ms`` (and leaves its response running); delete drops finished items; retrieve returns one."""
+    c = realtime.RealtimeConversation(frames_event=False)
+    events = mapped(c, [frame(0, transcript="hi"), frame(1, turn="start"), frame(2, "One"), frame(3, " two")])
+    user, message = (e["item"]["id"] for e in events if e["type"] == "conversation.item.added")
+    samples = [len(base64.b64decode(e["delta"])) // 2 for e in events if e["type"] == "response.output_audio.delta"]
+    played = sum(samples) * 1000 / realtime.RATE
+    for item_id, index, end, param in (("item_x", 0, 0, "item_id"), (user, 0, 0, "item_id"),
+                                       (message, 1, 0, "content_index"), (message, 0, -1, "audio_end_ms"),
+                                       (message, 0, int(played) + 2, "audio_end_ms")):
+        with pytest.raises(realtime.ClientEventError) as e:
+            c.truncate(item_id, index, end)
+        assert (e.value.code, e.value.param) == ("invalid_value", param)
+    with pytest.raises(realtime.ClientEventError) as e:
+        c.delete(message)  # still speaking
+    assert (e.value.code, e.value.param) == ("invalid_value", "item_id")
+    heard = int(sum(samples[:-1]) * 1000 / realtime.RATE)  # the last frame (" two") began at or after this
+    events = c.truncate(message, 0, heard)  # the frames of BOS and "One" were played
+    assert events == [{"type": "conversation.item.truncated", "item_id": message, "content_index": 0,
+                       "audio_end_ms": heard}]
+    assert c.retrieve(message)[0]["item"]["content"][0]["transcript"] == "One"
+    assert c.response is not None  # the response goes on until response.cancel
+    assert types(c.cancel(None)) == RESPONSE_CLOSES
+    assert types(c.delete(user)) == ["conversation.item.deleted"]
+    with pytest.raises(realtime.ClientEventError):
+        c.retrieve(user)
+    assert c.retrieve(message)[0]["type"] == "conversation.item.retrieved"
+
+
 def test_commit_closes_the_users_item_even_before_any_words():
     c = realtime.RealtimeConversation(frames_event=False)
     events = c.commit()

@@ -1,16 +1,18 @@
-"""An OpenAI Realtime (GA) WebSocket server for the full-duplex model: ``GET /v1/realtime``.
+"""An OpenAI Realtime (GA) WebSocket server for the full-duplex model: ``GET /v1/realtime`` (and ``/realtime``).
 
 The event names and fields are OpenAI's GA Realtime protocol (docs/live.md §3, OAI ``types/realtime``), so the
-official clients work unchanged: the ``openai`` SDK (``client.realtime.connect`` with ``base_url``), LiveKit's OpenAI
-realtime plugin, pipecat. How VoiceChat maps onto it (README "Realtime API"):
+official clients work unchanged: the ``openai`` SDK (``client.realtime.connect`` with ``base_url``), LiveKit Agents,
+Pipecat, OpenAI's Agents SDK (docs/realtime.md "Clients"). How VoiceChat maps onto it (README "Realtime API"):
 
-- audio flows both ways all the time. ``input_audio_buffer.append`` carries base64 PCM16 mono at 24 kHz (the only GA
-  rate, docs/live.md §3); the session resamples it to the model's 16 kHz with soxr's stream resampler. Every 80 ms
-  frame of the answer (1764 samples at 22.05 kHz) leaves resampled to 24 kHz PCM16 with one stream resampler per
-  session.
+- audio flows both ways all the time. ``input_audio_buffer.append`` carries base64 PCM16 mono at 24 kHz (the GA
+  default, docs/live.md §3) or G.711 at 8 kHz (``audio/pcmu``, ``audio/pcma``: ``g711``); the session resamples it to
+  the model's 16 kHz with soxr's stream resampler. Every 80 ms frame of the answer (1764 samples at 22.05 kHz) leaves
+  resampled to the output format's rate with one stream resampler per session and format.
 - the model decides when it speaks. A response opens at the assistant's BOS, or at its first text if no BOS came,
   and closes at its EOS; audio of frames outside a response goes only into the opt-in ``voicechat.frame`` event.
 - the RNNT transcript of the user goes to a user message item, which closes when a response opens or on commit.
+- ``conversation.item.truncate`` (a barge-in) cuts an assistant message's transcript to what was played; the model's
+  timeline keeps what it heard. ``voicechat.*`` events go only to clients that ask (``?voicechat_events=1``).
 - client-executed tools: ``session.update.tools`` declares them; when the model's call has been read a
   ``function_call`` item goes out and its response ends; ``conversation.item.create {type: function_call_output}``
   brings the result back into the model's function channel.
@@ -25,8 +27,9 @@ how many conversations are open, for a load balancer.
 All MLX work stays on the engine thread: these handlers pass numpy arrays to it and read ``Frame``\\ s back.
 ``RealtimeServer(engine).router()`` mounts the route in any FastAPI app (``serve`` here, app.py beside Gradio).
 
-The parts: ``protocol`` (client events parsed and checked, the session's configuration), ``conversation`` (one
-conversation's items and responses), ``connection`` (one WebSocket), ``server`` (the route, the app, ``serve``).
+The parts: ``protocol`` (client events parsed and checked, the session's configuration), ``g711`` (the telephone
+codecs), ``conversation`` (one conversation's items and responses), ``connection`` (one WebSocket), ``server`` (the
+routes, the app, ``serve``).
 """
 
 from .connection import CLOSE_TRY_AGAIN_LATER, MAX_MESSAGE_BYTES

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Iterable, Optional
 
 import numpy as np
@@ -25,10 +27,10 @@ class AudioOut:
         self.format = fmt
         self.stream = soxr.ResampleStream(OUTPUT_SAMPLE_RATE, FORMATS[fmt], 1, dtype="float32")
 
-    def encode(self, samples: np.ndarray) -> tuple[str, float]:
-        """(the delta, its milliseconds)."""
+    def encode(self, samples: np.ndarray) -> tuple[str, Fraction]:
+        """(the delta, its milliseconds, exact: clients round their sums up, docs/realtime.md "Clients")."""
         out = self.stream.resample_chunk(np.asarray(samples, dtype=np.float32))
-        return encode_audio(out, self.format), 1000 * len(out) / FORMATS[self.format]
+        return encode_audio(out, self.format), Fraction(1000 * len(out), FORMATS[self.format])
 
 
 def message_item(item_id: str, role: str, content_type: str) -> dict:
@@ -87,7 +89,7 @@ class RealtimeConversation:
         self.muted = False  # after response.cancel, until the model's turn ends
         self.items: OrderedDict[str, dict] = OrderedDict()  # the conversation's items by id, in order
         # assistant message id -> (where each frame's audio ends in ms, its transcript's length then): truncation
-        self.spoken: dict[str, list[tuple[float, int]]] = {}
+        self.spoken: dict[str, list[tuple[Fraction, int]]] = {}
         self.metadata: Optional[dict] = None  # from response.create: tags the next response
         self.waiting: dict[str, dict] = {}  # call_id -> function_call item whose output the session waits for
 
@@ -116,7 +118,7 @@ class RealtimeConversation:
                 response.message["content"][0]["transcript"] += frame.text
                 out.append({"type": "response.output_audio_transcript.delta", **response.part(delta=frame.text)})
             spoken = self.spoken[response.message["id"]]
-            spoken.append((ms + (spoken[-1][0] if spoken else 0.0), len(response.transcript)))
+            spoken.append((ms + (spoken[-1][0] if spoken else 0), len(response.transcript)))
         for event in frame.events:
             if event.kind == "call":
                 out += self.function_calls(event.calls, frame.position)
@@ -283,11 +285,11 @@ class RealtimeConversation:
             raise ClientEventError("invalid_value", "audio_end_ms must be a whole number of milliseconds, 0 or more",
                                    "audio_end_ms")
         spoken = self.spoken[item_id]
-        sent = spoken[-1][0] if spoken else 0.0
+        sent = math.ceil(spoken[-1][0]) if spoken else 0  # the SDKs count whole milliseconds, rounded up
         if audio_end_ms > sent:
-            raise ClientEventError("invalid_value", f"audio_end_ms {audio_end_ms} is past the {sent:.0f} ms of audio "
+            raise ClientEventError("invalid_value", f"audio_end_ms {audio_end_ms} is past the {sent} ms of audio "
                                                     f"item {item_id} has", "audio_end_ms")
-        starts = [0.0] + [end for end, _ in spoken[:-1]]
+        starts = [0] + [end for end, _ in spoken[:-1]]
         heard = [length for start, (_, length) in zip(starts, spoken) if start < audio_end_ms]
         item["content"][0]["transcript"] = item["content"][0]["transcript"][:heard[-1] if heard else 0]
         del spoken[len(heard):]
@@ -311,9 +313,9 @@ class RealtimeConversation:
 
 def frame_event(frame, backlog_seconds: float, response_id: Optional[str], audio: Optional[str]) -> dict:
     """``voicechat.frame``: everything the model produced at one timeline position, for exactness checks and
-    live displays. OpenAI clients skip unknown event types (the SDK parses with construct_type_unchecked,
-    docs/live.md §3; LiveKit only logs them in debug mode). ``audio`` (24 kHz PCM16) only for frames outside a
-    response: a response's audio is in its response.output_audio.delta."""
+    live displays, to clients that ask for it (``?voicechat_frames=1``: the OpenAI Agents SDK reports an error for
+    any event type OpenAI does not define, docs/realtime.md "Clients"). ``audio`` (in the session's output format)
+    only for frames outside a response: a response's audio is in its response.output_audio.delta."""
     return {"type": "voicechat.frame", "position": frame.position, "response_id": response_id,
             "text_id": int(frame.text_id), "function_id": int(frame.function_id),
             "codes": np.asarray(frame.codes).tolist(), "text": frame.text, "function_text": frame.function_text,

@@ -1,5 +1,5 @@
-"""The server: ``GET /v1/realtime`` and ``GET /health`` on one engine (``RealtimeServer``), the FastAPI app, and
-``python -m voicechat serve``."""
+"""The server: ``GET /v1/realtime`` (also at ``/realtime``), ``GET /v1/models`` and ``GET /health`` on one engine
+(``RealtimeServer``), the FastAPI app, and ``python -m voicechat serve``."""
 
 from __future__ import annotations
 
