@@ -208,3 +208,21 @@ def test_docs_aiortc_snippet_runs_as_written(turn_server, tmp_path):
     assert printed[:2] == ["event: session.created", "event: session.updated"] and "event: response.done" in printed
     answer, rate = sf.read(str(tmp_path / "answer.wav"), dtype="int16")
     assert len(answer) > rate and np.abs(answer.astype(np.int32)).max() > 1000  # seconds of it, the model's voice
+
+
+def test_an_answered_call_that_never_connects_frees_its_slot(server):
+    """A client that posts its offer and goes away: the call ends once its channel has not opened in time."""
+    from voicechat.realtime.webrtc import CONNECT_SECONDS
+
+    async def scenario():
+        call = Call()
+        sdp = await call.offer()
+        await call.hang_up()  # before it ever takes the answer
+        async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+            return await http.post(f"{server.base_url}/realtime/calls", content=sdp,
+                                   headers={"Content-Type": "application/sdp", "Authorization": f"Bearer {KEY}"})
+
+    mark = server.mark()
+    assert run(scenario()).status_code == 201
+    server.wait_for_log(r"call rtc_\w+ from [\d.]+: closed", since=mark, timeout=CONNECT_SECONDS + TIMEOUT)
+    server.wait_idle()
