@@ -1,5 +1,6 @@
-"""One WebSocket connection: reads client events, feeds audio to the engine's live session, sends what its
-conversation maps the frames to, and closes idle, unread or vanished clients."""
+"""One connection (a WebSocket, or a WebRTC call's ``oai-events`` channel, voicechat/realtime/webrtc.py): reads
+client events, feeds audio to the engine's live session, sends what its conversation maps the frames to, and closes
+idle, unread or vanished clients."""
 
 from __future__ import annotations
 
