@@ -15,6 +15,7 @@ import pytest
 from conftest import HARNESS_WAV, NEMO
 import voicechat
 from voicechat import GenerationConfig, engine as eng
+from voicechat.tools import Tool, system_prompt
 from voicechat.limits import (MAX_PROMPT_CHARS, MAX_PROMPT_POSITIONS, SettingError, check_prompt_positions,
                               checked_seed)
 
@@ -85,6 +86,24 @@ def test_work_past_the_timeline_is_refused_before_it_starts(config, param):
     with pytest.raises(SettingError) as e:
         model().generate(ten_minutes, 16000, config=config)
     assert e.value.param == param and "more than the timeline's 8192" in str(e.value)
+
+
+def test_tool_declarations_count_in_the_prompts_characters_before_the_tokenizer_runs():
+    """A description of megabytes went to the tokenizer whole (24 s on the Realtime server's event loop): the prompt
+    the model reads, declarations included, is measured in characters first."""
+    long = Tool("lookup", "d" * MAX_PROMPT_CHARS)
+    with pytest.raises(SettingError, match=f"with the tools' declarations has {len(system_prompt('', [long]))} "
+                                           f"characters; the limit is {MAX_PROMPT_CHARS}") as e:
+        model().session(tools=[long])
+    assert e.value.param == "system_prompt"
+    engine = eng.Engine(lambda progress_bar: model(), name="tiny").start()
+    try:
+        while engine.status().state != eng.READY:
+            time.sleep(0.05)
+        with pytest.raises(SettingError, match="with the tools' declarations has"):
+            engine.open_live(eng.LiveRequest(system_prompt="Be brief.", tools=(long,)))
+    finally:
+        engine.close()
 
 
 def test_the_engine_refuses_bad_settings_before_they_wait():

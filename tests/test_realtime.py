@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 from voicechat import realtime  # noqa: E402
 from voicechat.timeline.conversation import Frame, Session  # noqa: E402
 from voicechat.tools import Tool  # noqa: E402
+from voicechat.tools.channel import MAX_RESULT_CHARS  # noqa: E402
 
 GA_EVENT = TypeAdapter(RealtimeServerEvent)
 TIMEOUT = 60.0  # seconds to wait for one server event (the CI machine is slow and shared)
@@ -41,15 +42,17 @@ MODEL = "voicechat-demo"
 # the server process
 # ---------------------------------------------------------------------------------------------------------------
 class Server:
-    """``python -m voicechat serve --demo --port 0 ARGS``: its URLs and its log."""
+    """``python -m voicechat serve --demo --port 0 ARGS``: its URLs and its log. Its clients may send audio ahead
+    of real time (a whole recording at once) unless ARGS set ``--max-ahead-seconds``."""
 
-    def __init__(self, tmp: Path, *args: str):
+    def __init__(self, tmp: Path, *args: str, **popen):
         self.log = tmp / "serve.log"
         self.out = open(self.log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "voicechat", "serve", "--demo", "--port", "0", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "voicechat", "serve", "--demo", "--port", "0",
+                                      "--max-ahead-seconds", "0", *args],
                                      stdout=subprocess.PIPE, stderr=self.out, text=True,
                                      env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf")},
-                                     cwd=Path(__file__).parent.parent)
+                                     cwd=Path(__file__).parent.parent, **popen)
         line = self.proc.stdout.readline()
         while line and "Realtime API at" not in line:
             line = self.proc.stdout.readline()
@@ -920,7 +923,8 @@ def serve_here(model):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(realtime.create_app(engine, model_name=MODEL), log_level="warning"))
+    app = realtime.create_app(engine, model_name=MODEL, ahead_seconds=0)  # the scripts' audio is sent at once
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
@@ -1050,6 +1054,15 @@ def test_sdk_tool_call_round_trip(scripted_server, tiny_model):
             while after[-1]["type"] != "error":
                 after.append(await receive(conn))
             assert (after[-1]["error"]["code"], after[-1]["error"]["param"]) == ("invalid_value", "item.call_id")
+            # an output longer than the model can read is refused before the engine parses or tokenizes it (the
+            # engine thread tokenized it in full: 1.7 s per MiB for every conversation); the call still waits
+            await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call["call_id"],
+                                                      "output": "x" * (MAX_RESULT_CHARS + 1)})
+            after.append(await receive(conn))
+            while after[-1]["type"] != "error":
+                after.append(await receive(conn))
+            assert (after[-1]["error"]["code"], after[-1]["error"]["param"]) == ("invalid_value", "item.output")
+            assert f"{MAX_RESULT_CHARS + 1} characters" in after[-1]["error"]["message"]
             await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call["call_id"],
                                                       "output": '{"high": "6am"}'})
             while not (after[-1]["type"] == "voicechat.frame"

@@ -250,7 +250,9 @@ def test_a_tool_exchange_holds_the_users_frames_and_the_wav_shows_where(tiny_mod
         assert json.loads(output) == calculate.fn("6*7")
         client.send({"type": "conversation.item.create",
                      "item": {"type": "function_call_output", "call_id": done["call_id"], "output": output}})
-        client.append(audio[24000:])
+        client.append(audio[24000:48000])
+        time.sleep(1.0)  # audio may run at most 2 s ahead of real time (docs/limits.md §2)
+        client.append(audio[48000:])
         while not any(e["kind"] == "end" for f in client.frames() for e in f["events"]):
             client.next("voicechat.frame")
         end = client.frames()[-1]["position"]

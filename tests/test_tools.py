@@ -29,6 +29,7 @@ from voicechat.tokenizer import TextTokenizer
 from voicechat.tools import (BUILTIN_TOOLS, Tool, ToolChannel, calculate, convert_units, get_current_time,
                              load_tools_module, system_prompt, tool)
 from voicechat.tools.builtin import (NAMES, TEMPERATURES, UNITS, CalculatorError, describe_time, evaluate, spelling)
+from voicechat.tools.channel import MAX_RESULT_CHARS
 from voicechat.tools.calls import TIMEOUT_RESULT, bounded_response, parse_calls, resolve, response_text
 from voicechat.tools.runner import ToolRunner
 from voicechat.tools.schema import check_schema, coerce, validate
@@ -488,6 +489,9 @@ def test_channel_client_run_tools(tok):
         channel.provide_result(call.call_id, {"high": "6am"})
     with pytest.raises(ToolError, match="no tool call 'call_x'"):
         channel.provide_result("call_x", "{}")
+    # refused by its length before it is parsed or tokenized (the engine thread tokenized it whole); the call waits
+    with pytest.raises(ToolError, match=f"has {MAX_RESULT_CHARS + 1} characters"):
+        channel.provide_result(call.call_id, "x" * (MAX_RESULT_CHARS + 1))
     channel.provide_result(call.call_id, '{"high": "6am"}')
     with pytest.raises(ToolError, match="is waiting"):
         channel.provide_result(call.call_id, "again")

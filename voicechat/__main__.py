@@ -18,7 +18,7 @@ from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
 from .errors import AudioInputError, ConfigError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
 from .files import OUTPUTS, checked_folder, checked_output, distinct_files, write_atomically
-from .limits import DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
+from .limits import DEFAULT_AHEAD_SECONDS, DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
 from .voices import VoiceError
 
 
@@ -313,6 +313,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 def cmd_serve(a: argparse.Namespace) -> int:
     check_port(a.port)
     check_range("idle_timeout", "--idle-timeout", a.idle_timeout, 0.0)
+    check_range("max_ahead_seconds", "--max-ahead-seconds", a.max_ahead_seconds, 0.0)
     try:
         import uvicorn  # noqa: F401
         import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
@@ -335,7 +336,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                 raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
         serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
               idle_seconds=a.idle_timeout, max_sessions=a.max_sessions, voices=Path(a.voices).expanduser(),
-              voice_add=a.allow_voice_add)
+              voice_add=a.allow_voice_add, ahead_seconds=a.max_ahead_seconds)
         return 0
     if a.allow_voice_add:
         raise UsageError("--allow-voice-add works on the plain server only (a Ray replica has no voice library)")
@@ -385,6 +386,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
                    help=f"close a connection that sends no audio for this long (default {DEFAULT_IDLE_SECONDS:g}; "
                         "0 = never)")
+    s.add_argument("--max-ahead-seconds", type=float, default=DEFAULT_AHEAD_SECONDS, metavar="SECONDS",
+                   help="refuse audio a client sends further ahead of real time than this (default "
+                        f"{DEFAULT_AHEAD_SECONDS:g}; 0 = no limit; docs/limits.md §2)")
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
                         "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")

@@ -24,6 +24,8 @@ MAX_PROMPT_POSITIONS = TIMELINE_LIMIT // 4
 # prompt is at least one character, so no longer text can fit in MAX_PROMPT_POSITIONS after a generous margin.
 MAX_PROMPT_CHARS = 16 * MAX_PROMPT_POSITIONS
 DEFAULT_IDLE_SECONDS = 60.0  # a Realtime connection that sends no audio for this long is closed (serve --idle-timeout)
+# audio a Realtime client may send ahead of real time (serve --max-ahead-seconds): a network's jitter, not a recording
+DEFAULT_AHEAD_SECONDS = 2.0
 SEED_LIMIT = 2 ** 64  # seeds are 0 .. 2^64 - 1: MLX's random key takes an unsigned 64-bit integer
 
 
@@ -97,6 +99,14 @@ def checked_prompt(prompt: Any) -> str:
         raise SettingError("system_prompt", f"the system prompt is not valid text: character {e.start} is not "
                                             "Unicode text (a lone surrogate, or bytes that were not UTF-8)") from None
     return prompt
+
+
+def check_prompt_chars(prompt: str) -> None:
+    """The whole prompt the model reads (the system prompt with its tools' declarations) against MAX_PROMPT_CHARS,
+    before any tokenizer runs on it: declarations can be long where the system prompt is short."""
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SettingError("system_prompt", f"the system prompt with the tools' declarations has {len(prompt)} "
+                                            f"characters; the limit is {MAX_PROMPT_CHARS}: shorten them")
 
 
 def check_prompt_positions(positions: int) -> None:

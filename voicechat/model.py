@@ -25,6 +25,7 @@ from .audio import read_audio, resample
 from .cache import KVCache, capacities
 from .config import GenerationConfig, ModelConfig
 from .errors import AudioInputError, ConfigError
+from .limits import check_prompt_chars
 from .network import VoiceChatModel, load_parts, speaker_reference_path
 from .result import Result
 from .timeline.admission import row_counts
@@ -40,7 +41,7 @@ from .voices import Voice, checkpoint_voices
 
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
 # prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product (a
-# prompt is prefilled at most session.PREFILL_STAGE positions at a time), so that compilation happens at load and
+# prompt is prefilled at most timeline.conversation.PREFILL_STAGE positions at a time), so that compilation happens at load and
 # not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32)
 # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
@@ -248,6 +249,7 @@ class Model:
 
     def prompt_length(self, system_prompt: str) -> int:
         """A system prompt's timeline positions: [bos] + its tokens + [eos] (docs/model.md §1.2 C); none without one."""
+        check_prompt_chars(system_prompt)
         return len(self.tokenizer.encode(system_prompt)) + 2 if system_prompt else 0
 
     def encoder_frames(self, samples: int) -> int:

@@ -16,10 +16,13 @@ from starlette.websockets import WebSocketDisconnect
 
 from ..config import FRAME_SECONDS
 from ..engine import READY, EngineBusy, LiveRequest
-from ..errors import VoiceChatError
+from ..errors import ToolError, VoiceChatError
 from ..limits import SettingError
+from ..tools.channel import check_result
+from .bounds import MAX_EVENT_ID_CHARS, Pace, audio_seconds, check_message, check_size, check_tools
 from .conversation import RealtimeConversation
-from .protocol import (FORMATS, SESSION_PARAMS, ClientEventError, SessionConfig, decode_audio, error_event,
+from .protocol import (FORMATS, SESSION_PARAMS, ClientEventError, SessionConfig, bounded, bytes_per_second,
+                       decode_audio, error_event,
                        event_kind, event_text, expect, new_id, parse_client_event, voice_json)
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
@@ -35,6 +38,7 @@ LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine 
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
 MAX_BEHIND_SECONDS = 10.0
 CLOSE_NORMAL = 1000
+MAX_LOGGED_ERRORS = 20  # a connection's error events that the log says one by one; the rest are counted
 DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
                1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
 
@@ -64,6 +68,9 @@ class Connection:
         self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
         self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
+        self.pace = Pace(server.ahead_seconds)  # how far ahead of real time its audio runs
+        self.behind, self.last_frames = False, 0.0  # whether the model had its audio to hear at its last frames
+        self.errors = 0  # error events sent
 
     async def run(self) -> None:
         self.emit({"type": "session.created", "session": self.session()})
@@ -78,6 +85,8 @@ class Connection:
             self.server.leaving.add(self.name)  # a next client waits for this close instead of getting server_busy
             await self.close_live()
             self.server.release(self.name)
+            if self.errors > MAX_LOGGED_ERRORS:
+                log.warning("%s: %d error events in all", self.name, self.errors)
             log.info("%s: closed", self.name)
             if self.dropped.is_set():  # the close frame waits behind the unread data: the WebSocket library gives
                 # up on it after its close timeout and drops the connection (docs/limits.md §2); the model is free
@@ -94,6 +103,14 @@ class Connection:
                                                          "that the model is free for others", kind="server_error"),
                         None)
             self.close(CLOSE_NORMAL, "idle timeout")
+
+    def model_behind(self, behind: bool) -> None:
+        """At each frames event: the idle clock stood still since the last one if the model had the client's audio
+        still to hear all along (the client is not idle, the model is behind it: docs/limits.md §2)."""
+        now = asyncio.get_running_loop().time()
+        if self.behind:
+            self.idle_since = min(now, self.idle_since + now - self.last_frames)
+        self.behind, self.last_frames = behind, now
 
     def session(self) -> dict:
         return self.config.ga(self.session_id, self.server.model_name)
@@ -124,7 +141,10 @@ class Connection:
             self.emit(event, seconds if i == len(events) - 1 else 0.0)
 
     def reject(self, error: ClientEventError, event_id: Optional[str]) -> None:
-        log.warning("%s: %s: %s", self.name, error.code, error.message)
+        self.errors += 1
+        if self.errors <= MAX_LOGGED_ERRORS:  # docs/limits.md §2: a client's errors cannot flood the log
+            log.warning("%s: %s: %s%s", self.name, error.code, error.message,
+                        "" if self.errors < MAX_LOGGED_ERRORS else " (its further errors are only counted)")
         self.emit(error_event(error, event_id))
 
     def close(self, code: int, reason: str) -> None:
@@ -157,21 +177,26 @@ class Connection:
                 self.reject(ClientEventError("invalid_json", "binary messages are not events: send JSON text"), None)
                 continue
             await self.handle(message["text"])
+            await asyncio.sleep(0)  # the other connections' turn between two messages: a queue of them cannot hold
+            # the event loop for their sum (docs/limits.md §2)
 
     async def handle(self, text: str) -> None:
         event_id = None
         try:
+            check_message(text)  # docs/limits.md §2: bounded before it is parsed ...
             event = parse_client_event(text)
-            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            check_size(text, event)  # ... and before anything else reads it
+            event_id = event.get("event_id")[:MAX_EVENT_ID_CHARS] if isinstance(event.get("event_id"), str) else None
             await getattr(self, "on_" + event_kind(event).replace(".", "_"))(event)
         except ClientEventError as e:
             self.reject(e, event_id)
         except Exception as e:  # a bug: report it, keep the connection
-            log.error("%s: internal error\n%s", self.name, traceback.format_exc())
+            log.error("%s: internal error\n%s", self.name, bug_lines(e))
             self.reject(ClientEventError("internal_error", f"internal error: {type(e).__name__}: {e}",
                                          kind="server_error"), event_id)
 
     async def on_session_update(self, event: dict) -> None:
+        check_tools(event.get("session"))  # their count, depth and size before any is built (docs/limits.md §2)
         new = self.config.updated(event.get("session"))
         self.server.voice(new.voice)  # a name of the library, or an error listing them
         if self.heard and new.input_format != self.config.input_format:  # the model's resampler has its rate
@@ -193,10 +218,14 @@ class Connection:
         self.emit({"type": "session.updated", "session": self.session()})
 
     async def on_input_audio_buffer_append(self, event: dict) -> None:
+        if isinstance(event.get("audio"), str):  # its length says its seconds: refused before it is decoded
+            self.pace.admit(audio_seconds(event["audio"], bytes_per_second(self.config.input_format)),
+                            asyncio.get_running_loop().time())
         await self.hear(decode_audio(event, self.config.input_format), FORMATS[self.config.input_format])
 
     async def hear(self, samples: np.ndarray, rate: int) -> None:
         """int16 samples at ``rate`` for the model: an append's, or a WebRTC call's microphone track."""
+        now = asyncio.get_running_loop().time()
         if not self.configured:
             raise ClientEventError("session_not_configured", "send session.update (instructions, tools, voice) "
                                                              "before audio: the model reads its prompt first", "type")
@@ -205,7 +234,8 @@ class Connection:
                                                            "session.update with other settings", "session")
         if await self.ensure_live(required=True):
             self.live.send(samples, rate)  # the session resamples to 16 kHz with soxr's stream resampler
-            self.idle_since = asyncio.get_running_loop().time()
+            # the idle clock goes back by the audio's seconds, not to now: a sample a minute holds no slot (§2)
+            self.idle_since = min(now, self.idle_since + len(samples) / rate)
             self.heard = self.appended = True
             self.server.notify("heard", self.session_id, samples, rate)
 
@@ -224,6 +254,7 @@ class Connection:
         if item.get("type") != "function_call_output":
             raise ClientEventError("invalid_value", "only function_call_output items can be created: the model "
                                                     "takes speech, not text", "item.type")
+        output_fits(item.get("output"))
         events = self.conversation.function_output(item)  # checks the call waits: a wrong id would end the session
         if self.live is None:
             raise ClientEventError("invalid_value", "the conversation has ended", "item.call_id")
@@ -316,8 +347,8 @@ class Connection:
                     self.audio_out(np.concatenate([frame.audio for frame in event.frames]))
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)
-                if event.backlog_seconds > 0:  # the model has the client's audio still to hear: the client is not
-                    self.idle_since = asyncio.get_running_loop().time()  # idle, the model is behind it
+                self.model_behind(event.backlog_seconds > 0)
+                self.pace.heard(event.backlog_seconds)
             elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
                 if self.live is live:
                     self.live, self.follower, self.setup_error = None, None, event.message
@@ -348,6 +379,21 @@ class Connection:
 def asked(request, option: str) -> bool:
     """An opt-in of a WebSocket's or a call's URL query (``?voicechat_frames=1``)."""
     return request.query_params.get(option, "").lower() in ("1", "true", "yes")
+
+
+def bug_lines(e: Exception) -> str:
+    """A bug's traceback for the log: the server's frames, and its message (which may quote the client's input)
+    bounded as an error event's is (docs/limits.md §2)."""
+    return "".join(traceback.format_tb(e.__traceback__)) + bounded(f"{type(e).__name__}: {e}")
+
+
+def output_fits(output) -> None:
+    """A function_call_output's output is refused by its length before the engine parses or tokenizes it
+    (docs/limits.md §1); the call still waits for a shorter one."""
+    try:
+        check_result(output)
+    except ToolError as e:
+        raise ClientEventError("invalid_value", str(e), "item.output")
 
 
 def pump(live, loop: asyncio.AbstractEventLoop, events: asyncio.Queue) -> None:

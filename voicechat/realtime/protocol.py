@@ -28,6 +28,11 @@ PCM = {"type": "audio/pcm", "rate": RATE}
 # the GA session's audio formats (OAI realtime_audio_formats.py): PCM16 at 24 kHz, or G.711 at 8 kHz (docs/realtime.md
 # "Phone audio"), each with its sample rate on the wire
 FORMATS = {"audio/pcm": RATE, "audio/pcmu": g711.RATE, "audio/pcma": g711.RATE}
+
+
+def bytes_per_second(fmt: str) -> int:
+    """Bytes of one second of audio in the format ``fmt`` (a key of FORMATS): PCM16 takes two a sample, G.711 one."""
+    return FORMATS[fmt] * (2 if fmt == "audio/pcm" else 1)
 FORMAT_NAMES = {"audio/pcm": "PCM16 mono at 24 kHz", "audio/pcmu": "G.711 mu-law at 8 kHz",
                 "audio/pcma": "G.711 A-law at 8 kHz"}
 # OpenAI's own voice names (OAI realtime_audio_config_output.py): clients send one by default (LiveKit: "marin"), so
@@ -54,8 +59,24 @@ class ClientEventError(Exception):
     """A client event this server rejects: it becomes one GA ``error`` event and the connection goes on."""
 
     def __init__(self, code: str, message: str, param: Optional[str] = None, kind: str = "invalid_request_error"):
+        message, param = bounded(message), param and bounded(param)  # docs/limits.md §2: it may quote the client
         super().__init__(message)
         self.code, self.message, self.param, self.kind = code, message, param, kind
+
+
+QUOTE_CHARS = 64  # what an error message quotes of a client's value
+MAX_ERROR_CHARS = 1024  # an error event's message (and param), and the log line that says it
+
+
+def quoted(value: Any) -> str:
+    """``repr`` of a client's value, cut to QUOTE_CHARS with its length said: an error never echoes megabytes."""
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}... ({len(text)} characters)"
+
+
+def bounded(text: str) -> str:
+    """At most MAX_ERROR_CHARS of ``text``: the last guard, whatever an error quotes."""
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
 def error_event(error: ClientEventError, event_id: Optional[str] = None) -> dict:
@@ -90,7 +111,7 @@ def parse_client_event(text: str) -> dict:
         raise ClientEventError("invalid_json", f"the message is not JSON ({e}); send one JSON event per message")
     if not isinstance(event, dict):
         raise ClientEventError("invalid_json", "the message is JSON but not an object; send {\"type\": ...} events")
-    if LONE_SURROGATE_ESCAPE.search(text):
+    if "\\u" in text and LONE_SURROGATE_ESCAPE.search(text):  # the substring test runs at memory speed
         check_unicode(event, "")
     if not isinstance(event.get("type"), str):
         raise ClientEventError("missing_required_parameter", "the event has no string 'type'", "type")
@@ -126,7 +147,7 @@ def event_kind(event: dict) -> str:
     if kind in UNSUPPORTED:
         raise ClientEventError("unsupported_event", f"{kind} is not supported: {UNSUPPORTED[kind]}", "type")
     if kind not in HANDLED:
-        raise ClientEventError("invalid_value", f"unknown event type {kind!r}; this server accepts "
+        raise ClientEventError("invalid_value", f"unknown event type {quoted(kind)}; this server accepts "
                                                 + ", ".join(HANDLED), "type")
     return kind
 

@@ -15,11 +15,12 @@ from fastapi.responses import JSONResponse
 
 from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
-from ..limits import DEFAULT_IDLE_SECONDS
+from ..limits import DEFAULT_AHEAD_SECONDS, DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
 from .connection import (CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES,
                          Connection, asked)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
+from .sockets import connection_cap, guarded_http
 from .webrtc import CALLS_PATH, Calls, http_error
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
@@ -43,14 +44,17 @@ class RealtimeServer:
     tab (voicechat/webui/talk.py) saves conversations with it.
 
     ``voices``: the voice library's folder (None: the checkpoint's voices only); ``voice_add`` lets clients add
-    voices to it (``voicechat.voice.add``), only with an ``api_key``."""
+    voices to it (``voicechat.voice.add``), only with an ``api_key``. ``ahead_seconds``: how far ahead of real time
+    a client's audio may run (0: no limit; docs/limits.md §2)."""
 
     def __init__(self, engine, *, api_key: Optional[str] = None, model_name: str = "voicechat", observer=None,
-                 idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None, voice_add: bool = False):
+                 idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None, voice_add: bool = False,
+                 ahead_seconds: float = DEFAULT_AHEAD_SECONDS):
         if voice_add and not (api_key and voices):
             raise ServeError("adding voices over the API needs an API key and a voice library folder")
         self.engine, self.api_key, self.model_name = engine, api_key, model_name
         self.idle_seconds = idle_seconds  # 0: no idle timeout
+        self.ahead_seconds = ahead_seconds  # 0: no limit
         self.active: list[str] = []  # the connections that hold a conversation
         self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
         self.freed = asyncio.Event()  # set once a connection has let go of its conversation
@@ -176,10 +180,10 @@ class RealtimeServer:
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
                idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None,
-               voice_add: bool = False) -> FastAPI:
+               voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS) -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
-                                      voices=voices, voice_add=voice_add).router())
+                                      voices=voices, voice_add=voice_add, ahead_seconds=ahead_seconds).router())
     return app
 
 
@@ -212,7 +216,7 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
           idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
-          voices: Optional[Path] = None, voice_add: bool = False) -> None:
+          voices: Optional[Path] = None, voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
     conversations at once; None: as many as fit, voicechat.timeline.admission.fitting_sessions) until interrupted."""
     import socket
@@ -237,9 +241,10 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
         print(f"{name} ready; Realtime API at ws://{host}:{sock.getsockname()[1]}{PATH} "
               f"(up to {engine.max_sessions} conversation{'s' if engine.max_sessions > 1 else ''} at once)", flush=True)
         app = create_app(engine, api_key=api_key, model_name=name, idle_seconds=idle_seconds, voices=voices,
-                         voice_add=voice_add)
-        config = uvicorn.Config(app, log_level="info",
-                                ws_max_size=MAX_MESSAGE_BYTES)
+                         voice_add=voice_add, ahead_seconds=ahead_seconds)
+        # a request's deadline and a cap on open connections below the descriptor limit (docs/limits.md §2)
+        config = uvicorn.Config(app, log_level="info", ws_max_size=MAX_MESSAGE_BYTES,
+                                http=guarded_http(connection_cap()))
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         engine.close()

@@ -31,7 +31,7 @@ from ..audio import to_float32
 from ..config import GenerationConfig
 from ..errors import AudioInputError, ConfigError, TimelineFull
 from .loop import Row, SessionGroup
-from ..limits import TIMELINE_LIMIT, check_prompt_positions, checked_prompt, checked_seed
+from ..limits import TIMELINE_LIMIT, check_prompt_chars, check_prompt_positions, checked_prompt, checked_seed
 from ..result import Result
 from ..llm import lm
 from ..stt.perception import PerceptionStream, SteadyFrame, timeline_frames
@@ -157,6 +157,7 @@ class Session:
         """[bos] + the tokens of the prompt the model reads (with the tools' declarations) + [eos]; none without one."""
         c = self.cfg
         prompt = tool_prompt(self.system_prompt, self.tools)
+        check_prompt_chars(prompt)
         ids = [c.bos_id, *self.model.tokenizer.encode(prompt), c.eos_id] if prompt else []
         check_prompt_positions(len(ids))
         return ids

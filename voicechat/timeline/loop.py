@@ -235,11 +235,7 @@ class SessionGroup:
         ready goes one position further, and the host reads it. -> {session: [Frame, ...]} of every conversation
         with finished frames (those of earlier ticks too) and of the one whose set-up advanced (it may have none):
         {} once nothing is left to run."""
-        staged = self.set_up_stage()
-        tick = self._tick()
-        if tick is not None:
-            self.running.append(tick)
-        self.finish_running()
+        staged, _ = self._turn(lookahead=0)
         out = {m: frames for m in self.members if m is not None and (frames := m._take())}
         if staged is not None:
             out.setdefault(staged, [])
@@ -251,21 +247,27 @@ class SessionGroup:
         each position is read back before the next is planned (docs/tools.md §5)."""
         lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
         while (target.setting_up or target._ready()) and target.failure is None:
-            staged = self.set_up_stage()
-            tick = self._tick()
-            if tick is None:
-                if staged is None:
-                    break
-                continue
-            self.running.append(tick)
-            if len(self.running) > lookahead:
-                self._finish(self.running.popleft())
+            staged, tick = self._turn(lookahead)
+            if staged is None and tick is None:
+                break
         self.finish_running()
         if target.failure is not None:  # its on_frame raised (generate's progress callback: a cancel)
             failure, target.failure = target.failure, None
             target.on_frame = None
             raise failure
         return target._take()
+
+    def _turn(self, lookahead: int) -> tuple:
+        """One turn of the frame loop, the one both ``step`` and ``run`` take: a stage of a joining conversation's
+        set-up, then a tick built and queued, and the queued ticks past ``lookahead`` read back -> (the conversation
+        whose set-up advanced, the tick), each None when there was none."""
+        staged = self.set_up_stage()
+        tick = self._tick()
+        if tick is not None:
+            self.running.append(tick)
+        while len(self.running) > lookahead:
+            self._finish(self.running.popleft())
+        return staged, tick
 
     def finish_running(self) -> None:
         while self.running:

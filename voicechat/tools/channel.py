@@ -26,6 +26,9 @@ from .runner import DEFAULT_TIMEOUT, Outcome, ToolRunner
 
 MAX_CALL_POSITIONS = 256  # SOTC..EOTC inclusive (speech-swift's bound)
 MAX_RESPONSE_TOKENS = 512  # <TOOL_RESPONSE>...</TOOL_RESPONSE> (speech-swift's bound)
+# A caller's result is checked by its length before it is parsed or tokenized: a token is at least a character, and
+# one over this many characters is far past MAX_RESPONSE_TOKENS with any tokenizer (docs/limits.md §1).
+MAX_RESULT_CHARS = 16 * MAX_RESPONSE_TOKENS
 SPECIALS = (("<SPECIAL_20>", "start of tool call"), ("<SPECIAL_21>", "end of tool call"),
             ("<SPECIAL_22>", "end of tool response"))
 IDLE, CALL, RUN, INJECT, EOTR = "idle", "call", "run", "inject", "eotr"
@@ -72,6 +75,15 @@ class Plan:
     text_id: Optional[int] = None  # the text id it keeps (None: the model's)
     function_id: Optional[int] = None  # the function id it keeps (None: the model's)
     pad_text_if: Optional[int] = None  # when the model's function id is this one (SOTC), the text is PAD
+
+
+def check_result(output: Any) -> None:
+    """A caller's tool result: a string of at most MAX_RESULT_CHARS characters, else ToolError (nothing parsed)."""
+    if not isinstance(output, str):
+        raise ToolError(f"a tool result must be a string (JSON or text), not {type(output).__name__}")
+    if len(output) > MAX_RESULT_CHARS:
+        raise ToolError(f"the tool result has {len(output)} characters; the model reads at most "
+                        f"{MAX_RESPONSE_TOKENS} tokens of it, so at most {MAX_RESULT_CHARS} characters are taken")
 
 
 def special_ids(tokenizer) -> tuple[int, int, int]:
@@ -150,8 +162,7 @@ class ToolChannel:
 
     def provide_result(self, call_id: str, output: str) -> None:
         """The output of a call to a tool without ``fn``, run by the caller: a string, used as JSON when it is JSON."""
-        if not isinstance(output, str):
-            raise ToolError(f"a tool result must be a string (JSON or text), not {type(output).__name__}")
+        check_result(output)
         if call_id not in self._client_ids or not self._runner.provide(call_id, output):
             raise ToolError(f"no tool call {call_id!r} is waiting for a result")
 

@@ -1,0 +1,314 @@
+"""Isolation (docs/limits.md §2): hostile clients against ``python -m voicechat serve --demo``, each while two other
+conversations stream audio at real-time pace on the same server. For every attack the two keep their gaps between
+audio events under 0.5 s and their ids equal to their run without it, the server's memory returns within 50 MB of
+where it was, and its log grows less than 1 MB. The hostile values are the issue's where the old server failed on
+them (issue 41), else as large as it takes to fail there."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import multiprocessing
+import re
+import resource
+import socket
+import time
+import traceback
+import urllib.request
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai", reason="the Realtime tests need `pip install openai[realtime]`")
+pytest.importorskip("websockets", reason="the Realtime server needs `pip install websockets`")
+from test_realtime import MODEL, PROMPT, TIMEOUT, Server, process_status  # noqa: E402
+from websockets.asyncio.client import connect  # noqa: E402
+from websockets.exceptions import ConnectionClosed  # noqa: E402
+
+from voicechat.realtime import RATE  # noqa: E402
+from voicechat.realtime.sockets import REQUEST_SECONDS, RESERVED_DESCRIPTORS  # noqa: E402
+
+SECONDS = 4.0  # each bystander's audio
+CHUNK = RATE // 10  # sent every 100 ms, as a microphone does
+MAX_GAP = 0.5
+MEMORY_BOUND_KIB = 50 * 1024
+LOG_BOUND = 2 ** 20
+IDLE = 3  # the server's --idle-timeout
+
+
+def noise(seed: int) -> np.ndarray:
+    return np.round(np.random.default_rng(seed).standard_normal(int(RATE * SECONDS)) * 3000).astype("<i2")
+
+
+async def bystander(url: str, seed: int, first_frame: asyncio.Event) -> tuple[list, list[float]]:
+    """A conversation that streams ``noise(seed)`` in real time: (its frames' ids and codes, the seconds between
+    consecutive frames' arrivals, each frame carrying its 80 ms of answer audio)."""
+    audio = noise(seed)
+    client = openai.AsyncOpenAI(api_key="unused", base_url=url)
+    async with client.realtime.connect(model=MODEL, extra_query={"voicechat_frames": "1"},
+                                       websocket_connection_options={"max_queue": None}) as conn:
+        await conn.session.update(session={"type": "realtime", "instructions": PROMPT})
+
+        async def send():
+            start = time.monotonic()
+            for i, at in enumerate(range(0, len(audio), CHUNK)):
+                await asyncio.sleep(max(0.0, start + i * CHUNK / RATE - time.monotonic()))
+                await conn.input_audio_buffer.append(audio=base64.b64encode(audio[at:at + CHUNK].tobytes()).decode())
+
+        sender = asyncio.create_task(send())
+        frames, arrivals = [], []
+        while True:
+            try:
+                event = json.loads(await asyncio.wait_for(conn.recv_bytes(), 1.5 if sender.done() else TIMEOUT))
+            except asyncio.TimeoutError:
+                break  # every frame of the audio has come
+            if event["type"] == "voicechat.frame":
+                frames.append((event["position"], event["text_id"], event["function_id"], event["codes"]))
+                arrivals.append(time.monotonic())
+                first_frame.set()
+            assert event["type"] != "error", event
+        await sender
+    return frames, list(np.diff(arrivals))
+
+
+def apart(attack):
+    """``attack()`` (a coroutine function) run in a process of its own, so that its own work (megabytes to encode
+    and send) cannot delay the bystanders of this one; its result."""
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+
+    def run():
+        try:
+            sender.send((True, asyncio.run(attack())))
+        except BaseException:
+            sender.send((False, traceback.format_exc()))
+
+    child = multiprocessing.get_context("fork").Process(target=run)
+    child.start()
+    assert receiver.poll(TIMEOUT * 2), "the attack did not end"
+    done, result = receiver.recv()
+    child.join(TIMEOUT)
+    assert done, result
+    return result
+
+
+async def beside(url: str, attack=None, separate: bool = True):
+    """Two bystanders, and ``attack()`` once both hear the model (in a process of its own when ``separate``, else
+    on a thread): (each one's frames, the largest gap, the attack's result)."""
+    firsts = [asyncio.Event(), asyncio.Event()]
+    runs = [asyncio.create_task(bystander(url, seed, first)) for seed, first in enumerate(firsts)]
+    await asyncio.wait_for(asyncio.gather(*(f.wait() for f in firsts)), TIMEOUT)
+    result = await asyncio.to_thread(apart if separate else lambda a: asyncio.run(a()), attack) if attack else None
+    done = await asyncio.gather(*runs)
+    return [frames for frames, _ in done], max(max(gaps) for _, gaps in done), result
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("isolation"), "--max-sessions", "3", "--max-ahead-seconds", "2",
+                "--idle-timeout", str(IDLE)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def alone(server):
+    """The two bystanders' frames without an attack."""
+    frames, gap, _ = asyncio.run(beside(server.base_url))
+    print(f"\nthe bystanders alone: largest gap {gap:.3f} s")
+    return frames
+
+
+def resident_kib(pid: int) -> int:
+    return process_status(pid)["VmRSS"]
+
+
+def isolated(server: Server, alone: list, attack, separate: bool = True) -> object:
+    """Run ``attack`` beside the bystanders and check what it may not cost them or the server; its result."""
+    server.wait_idle()
+    memory, log = resident_kib(server.proc.pid), len(server.log_text().encode())
+    frames, gap, result = asyncio.run(beside(server.base_url, attack, separate))
+    server.wait_idle()
+    print(f"\nlargest gap beside the attack {gap:.3f} s, log +{len(server.log_text().encode()) - log} bytes")
+    assert gap < MAX_GAP
+    for got, expected in zip(frames, alone):
+        assert len(got) >= SECONDS / 0.08 - 3 and got == expected[:len(got)]
+    assert len(server.log_text().encode()) - log < LOG_BOUND
+    deadline = time.monotonic() + 10  # the allocator gives freed memory back within moments
+    while resident_kib(server.proc.pid) - memory > MEMORY_BOUND_KIB and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print(f"memory {memory / 1024:.1f} -> {resident_kib(server.proc.pid) / 1024:.1f} MiB")
+    assert resident_kib(server.proc.pid) - memory <= MEMORY_BOUND_KIB
+    return result
+
+
+async def hostile(server: Server, *messages: str, errors: int) -> list[dict]:
+    """Connect, send ``messages`` and read the first ``errors`` errors they get."""
+    async with connect(server.ws_url, max_size=None, max_queue=None) as ws:
+        for message in messages:
+            await ws.send(message)
+        got = []
+        while len(got) < errors:
+            event = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            if event["type"] == "error":
+                got.append(event["error"])
+        return got
+
+
+def update(**session) -> str:
+    return json.dumps({"type": "session.update", "session": {"type": "realtime", **session}})
+
+
+def test_megabytes_of_tools_are_refused_unread(server, alone):
+    """Five tools with a 2.9 MB description each froze every conversation for 24 s and kept 1.5 GB (the prompt was
+    tokenized on the event loop); 140,000 one-letter tools (15 MiB) gave 1.8 s gaps (all built before the count
+    check). Neither is parsed now: an event besides audio has at most MAX_EVENT_CHARS."""
+    five = update(tools=[{"type": "function", "name": f"t{i}", "description": "d" * 2_900_000} for i in range(5)])
+    many = update(tools=[{"type": "function", "name": "a", "description": "a" * 60}] * 140_000)
+    assert 15 * 2 ** 20 < len(many) < 16 * 2 ** 20  # under the WebSocket limit
+    errors = isolated(server, alone, lambda: hostile(server, five, many, errors=2))
+    assert [e["code"] for e in errors] == ["event_too_large"] * 2
+    assert all(len(e["message"]) < 300 for e in errors)
+
+
+def test_a_deep_schema_is_refused_before_it_is_built(server, alone):
+    """A schema nested 440 levels with long keys blocked the event loop for seconds and logged its whole path as
+    one error line. Its depth and size are checked before any Tool is built; the error names the tool only."""
+    schema: dict = {"type": "nonsense"}
+    for level in range(440):
+        schema = {"type": "object", "properties": {f"{level}" + "k" * 2000: schema}}
+    deep = update(tools=[{"type": "function", "name": "deep", "parameters": schema}])
+    assert len(deep) < 2 ** 20  # under the event bound: the tools' own bounds refuse it
+    errors = isolated(server, alone, lambda: hostile(server, deep, deep, deep, errors=3))
+    assert [(e["code"], e["param"]) for e in errors] == [("invalid_value", "session.tools[0]")] * 3
+    assert all("deeper than 16 levels" in e["message"] for e in errors)
+
+
+def test_audio_far_ahead_of_real_time_is_refused(server, alone):
+    """One valid 14 MB append (minutes of audio) was taken at once: the others got a 2.5 s gap and fell 11 s behind.
+    Audio may run at most 2 s ahead of real time; the rest is refused, never buffered."""
+    minutes = base64.b64encode(np.zeros(14_000_000 * 3 // 8, "<i2").tobytes()).decode()  # 14 MB: 3.6 minutes
+    second = base64.b64encode(np.zeros(RATE, "<i2").tobytes()).decode()
+
+    def append(audio: str) -> str:
+        return json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+
+    async def attack():
+        return await hostile(server, update(instructions=PROMPT), append(minutes), append(second), append(second),
+                             append(second), errors=2)
+
+    errors = isolated(server, alone, attack)
+    # the 4.8 minutes, then the third second (two are within 2 s); nothing else
+    assert [(e["code"], e["param"]) for e in errors[:2]] == [("audio_ahead_of_time", "audio")] * 2
+    assert "the limit is 2 s" in errors[0]["message"]
+
+
+def test_one_sample_now_and_then_does_not_hold_a_slot(server, alone):
+    """Any append, one sample too, reset the idle clock: four such clients held every slot forever. An append
+    winds the clock back by the seconds it carries, so such a client is closed after about the idle timeout."""
+    sample = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x01\x00").decode()})
+
+    async def attack():
+        async with connect(server.ws_url, max_size=None, max_queue=None) as ws:
+            await ws.send(update(instructions=PROMPT))
+            start = time.monotonic()
+            try:
+                while time.monotonic() - start < 4 * IDLE:
+                    await ws.send(sample)
+                    await asyncio.sleep(0.2)
+            except ConnectionClosed:
+                pass
+            events = []
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    events.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT)))
+            return [e["error"]["code"] for e in events if e["type"] == "error"], time.monotonic() - start
+
+    codes, seconds = isolated(server, alone, attack)
+    assert codes == ["idle_timeout"] and seconds < 3 * IDLE
+
+
+def test_errors_quote_a_prefix_and_the_log_stays_small(server, alone):
+    """20 messages with a 12 MB ``type``, never read, grew the log by 240 MB: errors echoed the whole input. Now a
+    message over the event bound is refused unread, an error quotes at most a short prefix, and a connection's
+    errors past the first 20 are only counted in the log."""
+    unknown = json.dumps({"type": "t" * 900_000})
+    huge = json.dumps({"type": "t" * 12_000_000})
+    tiny = json.dumps({"type": "?"})
+
+    async def attack():
+        async with connect(server.ws_url, max_size=None, max_queue=None) as ws:
+            for message in [unknown] * 20 + [huge] * 2 + [tiny] * 500:
+                await ws.send(message)
+            errors = [json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT)) for _ in range(523)][1:]
+            return [e["error"] for e in errors]
+
+    mark = server.mark()
+    errors = isolated(server, alone, attack)
+    assert [e["code"] for e in errors] == ["invalid_value"] * 20 + ["event_too_large"] * 2 + ["invalid_value"] * 500
+    assert max(len(json.dumps(e)) for e in errors) < 1024
+    assert "'tttttttt" in errors[0]["message"] and "(900002 characters)" in errors[0]["message"]
+    log = server.log_text()[mark:]
+    assert log.count("invalid_value") + log.count("event_too_large") == 20 and "522 error events in all" in log
+
+
+def raw_sockets(server: Server, count: int, send: bytes) -> list[socket.socket]:
+    host, port = re.match(r"ws://([^:/]+):(\d+)", server.ws_url).groups()
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(send)
+        sockets.append(sock)
+    return sockets
+
+
+def closed_by_server(sockets: list[socket.socket], timeout: float) -> int:
+    """How many of ``sockets`` the server closes within ``timeout`` seconds."""
+    closed = 0
+    for sock in sockets:
+        sock.settimeout(max(0.01, timeout))
+        try:
+            closed += sock.recv(1024) == b""
+        except ConnectionResetError:
+            closed += 1
+        except socket.timeout:
+            pass
+        sock.close()
+    return closed
+
+
+def test_connections_without_a_whole_request_are_closed(server, alone):
+    """Raw connections that sent nothing, or half an HTTP request, were never timed out (20,030 of them used up the
+    descriptors). A request must be whole within REQUEST_SECONDS: such connections are closed within two."""
+    half = b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+
+    async def attack():
+        return raw_sockets(server, 100, b"") + raw_sockets(server, 100, half)
+
+    sockets = isolated(server, alone, attack, separate=False)  # the sockets stay open here
+    start = time.monotonic()
+    deadline = start + 2 * REQUEST_SECONDS + 2
+    closed = sum(closed_by_server([s], deadline - time.monotonic()) for s in sockets)
+    assert closed == len(sockets)
+
+
+def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):
+    """Past the descriptor limit the old server logged 96,255 'Too many open files' tracebacks and /health timed
+    out. Connections past the cap (the limit less RESERVED_DESCRIPTORS) are closed at once, with one log line, and
+    the server answers again once the idle ones have timed out."""
+    limit = RESERVED_DESCRIPTORS + 150
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    with Server(tmp_path, "--max-sessions", "3", "--max-ahead-seconds", "2", preexec_fn=low_limit) as capped:
+        async def attack():
+            return raw_sockets(capped, 300, b"")
+
+        sockets = isolated(capped, alone, attack, separate=False)
+        for sock in sockets:
+            sock.close()
+        with urllib.request.urlopen(capped.base_url.removesuffix("/v1") + "/health", timeout=TIMEOUT) as health:
+            assert json.loads(health.read())["ready"]  # served again: the cap's connections have gone
+        log = capped.log_text()
+        assert log.count("connections are open, the cap") == 1
+        assert "Too many open files" not in log and "Traceback" not in log
