@@ -272,6 +272,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--max-recordings", type=int, default=1, metavar="M",
                    help="Record-and-run jobs stepped at once beside the live visitors; more wait in the queue "
                         "(default: 1; docs/batching.md)")
+    p.add_argument("--max-minutes", type=float, default=None, metavar="MIN",
+                   help="a live conversation's most minutes: at them it ends with an error, and each conversation's "
+                        "memory is reserved up to them (default: the timeline's 10.9; docs/batching.md §4)")
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
     p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
@@ -286,7 +289,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     except SettingError as e:
         p.error(str(e))
     try:
-        eng.check_limits(args.max_sessions, args.max_recordings, flags=True)
+        eng.check_limits(args.max_sessions, args.max_recordings, args.max_minutes, flags=True)
     except ConfigError as e:
         p.error(str(e))
     return args
@@ -306,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.share and not args.api_key:
         print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
     engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions,
-                        max_recordings=args.max_recordings).start()
+                        max_recordings=args.max_recordings, max_minutes=args.max_minutes).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)
     # Gradio's own start-up lines would tell to set `share=True` in `launch()`: here it is the --share flag
     launch(demo, args.outputs, uploads_cap_bytes=round(args.max_uploads_mb * 2 ** 20), server_name=args.host,

@@ -4,7 +4,8 @@
 Per position of a session fed 80 ms at a time (speech workload; the first 60 positions left out): graph building
 (``SessionGroup._build``, Python), ``mx.async_eval`` (MLX's graph walk and kernel launches; on the CPU it also waits for
 most of the work), the host side of a finished position (``SessionGroup._finish``) and the whole ``feed`` call.
-``--nodes`` adds the graph nodes of one position by primitive. bench/runs/h200-2026-12-01-launch-settings.txt used it.
+``--nodes`` adds the graph nodes of one position by primitive. The H200's launch settings were measured with it
+(dbf1d95:bench/runs/h200-2026-12-01-launch-settings.txt, docs/performance.md §5).
 """
 
 from __future__ import annotations

@@ -55,6 +55,26 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     assert bad.returncode == 2 and "at least 1" in bad.stderr
 
 
+def test_voicechat_bench_sessions_on_the_demo_model_past_32_rows_reports_the_state_held(tmp_path):
+    """``python -m voicechat bench --demo --sessions 1,36 --frames 20 --json F`` (issue 37's acceptance) on the CPU:
+    36 rows, past the CUDA rows kernel's tile; per N the group's state in bytes (``state_bytes``: its arrays') and per
+    conversation, at least its conversations' state (``admission.state_bytes``), every row stepped."""
+    from voicechat import compute, load
+    from voicechat.timeline.admission import state_bytes
+    from voicechat.random_checkpoint import write_tiny_checkpoint
+
+    out = run("-m", "voicechat", "bench", "--demo", "--sessions", "1,36", "--frames", 20, "--json", tmp_path / "s.json")
+    assert "state MB/conv" in out
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    cfg = load(write_tiny_checkpoint(tmp_path / "model", seed=0), offline=True).config  # the demo model's
+    assert [r["sessions"] for r in rows] == [1, 36]
+    for r in rows:
+        n = r["sessions"]
+        least = state_bytes(cfg, [r["positions"]["min"]] * n, compute.speech_dtype().size)
+        assert r["fewest_rows_stepped"] == n and r["ticks_measured"] == 20
+        assert least <= r["state_bytes"] == r["state_bytes_per_conversation"] * n
+
+
 @pytest.mark.parametrize("args, says", [
     (["bench.capacity", TINY, "--steps", 2], "LLM decode"),
     (["bench.cold_start", TINY, "--frames", 3], "start to the end of the first answer"),
@@ -62,6 +82,7 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     (["bench.split", "--model", TINY], "session frame (80 ms feed)"),
     (["bench.kernels", "--steps", 3, "--evaluations", 1], "feed-forward pair"),
     (["bench.perception_rows", TINY, "--sessions", "1,3", "--ticks", 3], "rows nodes"),
+    (["bench.state", "--dims", "full", "--minutes", "1,2", "--free-gb", 100], "admitted in 100 GB free"),
     (["bench.joins", TINY, "--running", 1, "--prompts", "1,40", "--rounds", 1], "join p50"),
     (["bench.webrtc_wire", "--seconds", 2], "Opus RTP payload"),
     (["bench.side_by_side", "--worker", "--ckpt", TINY, "--frames", 4, "--runs", 1], '"engine": "voicechat"'),

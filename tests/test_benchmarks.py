@@ -76,3 +76,4 @@ def test_group_exactness_finds_where_two_conversations_part_and_the_margin_there
     assert not differ["ids_identical"] and differ["ids_first_difference"] == part
     head = 0 if ids[0][part][0] != ids[1][part][0] else 1
     assert differ["top2_margin_there"] == other.margins[part][head] >= 0
+

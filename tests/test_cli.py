@@ -123,6 +123,13 @@ def test_bad_output_path_exits_2_before_the_model_loads(option, value, words, tm
     assert main(["bench", "--model", str(tmp_path / "no model"), "--json", str(tmp_path / "missing/b.json")]) == 2
 
 
+def test_bench_needs_a_model_or_the_demo_and_serve_a_cap_above_zero(capsys):
+    assert main(["bench", "--frames", "2"]) == 2
+    assert "bench needs --model DIR (a checkpoint) or --demo" in capsys.readouterr().err
+    assert main(["serve", "--demo", "--max-minutes", "0"]) == 2
+    assert "--max-minutes must be above 0, got 0.0" in capsys.readouterr().err
+
+
 def test_without_output_audio_the_answer_goes_into_the_outputs_folder(layouts, tmp_path, monkeypatch, capsys):
     """Under ./outputs (git-ignored in a checkout), made when missing; never into the current folder itself."""
     monkeypatch.chdir(tmp_path)

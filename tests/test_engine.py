@@ -537,6 +537,25 @@ def test_bad_live_audio_ends_the_conversation_with_a_message(live_engine):
     assert any(e.kind == eng.FRAMES for e in live_events(ok))
 
 
+def test_a_live_conversation_at_the_engines_cap_ends_with_a_message(demo_dir):
+    """``max_minutes`` (``serve --max-minutes``): a live conversation that would pass it ends with an ERROR event
+    that names the cap, then CLOSED; the frames before the cap were given out."""
+    engine = eng.Engine(eng.hub_model(str(demo_dir), offline=True), name="demo", max_minutes=0.05).start()
+    try:
+        live = engine.open_live(eng.LiveRequest())
+        live.send(np.zeros(1280 * 6, np.float32), 16000)  # 0.48 s: within the cap's 37 positions
+        events = live_events(live, until=eng.FRAMES)
+        for _ in range(9):  # the seventh message passes the cap
+            live.send(np.zeros(1280 * 6, np.float32), 16000)
+        events += live_events(live)
+    finally:
+        engine.close()
+    errors = [e for e in events if e.kind == eng.ERROR]
+    assert len(errors) == 1 and "37 timeline positions" in errors[0].message
+    assert "cap on a conversation" in errors[0].message and events[-1].kind == eng.CLOSED
+    assert any(e.kind == eng.FRAMES for e in events)
+
+
 def started(job: eng.Job, done: int = 0) -> eng.Event:
     """Its first PROGRESS event with at least ``done`` positions run (60 s at most)."""
     return until_within(job, lambda e: e.kind == eng.PROGRESS and e.done >= done, 60.0)
@@ -822,6 +841,13 @@ def test_the_live_conversations_are_at_least_one():
         eng.check_limits(-1, flags=True)
 
 
+def test_a_conversations_cap_is_above_zero_minutes():
+    with pytest.raises(ConfigError, match="max_minutes must be above 0, got 0"):
+        eng.Engine(loader_for(ScriptedModel()), name="scripted", max_minutes=0)
+    with pytest.raises(ConfigError, match="--max-minutes must be above 0, got -1"):
+        eng.check_limits(1, max_minutes=-1, flags=True)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # recordings that wait for memory, on the real tiny model under a real memory limit
 # ---------------------------------------------------------------------------------------------------------------
@@ -836,7 +862,7 @@ def memory_for(model, conversations: float):
     from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
     from voicechat.limits import TIMELINE_LIMIT
 
-    one = state_bytes(model.config, 1, TIMELINE_LIMIT, compute.speech_dtype().size)
+    one = state_bytes(model.config, [TIMELINE_LIMIT], compute.speech_dtype().size)
     previous = mx.set_memory_limit(mx.get_active_memory() + int(conversations * one / MEMORY_SHARE))
     try:
         yield

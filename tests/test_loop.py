@@ -184,6 +184,28 @@ def test_eight_conversations_at_once():
     check(m, talks, max_sessions=8)
 
 
+def test_thirty_six_conversations_at_once():
+    """More rows than the CUDA rows kernel's tile (32, voicechat/rows_kernel.py): 36 conversations joining one a
+    tick (the rows grow 1, 2, 4 ... 32, 36), each exact, its encoder frames too."""
+    m = model("tiny_model_aria")
+    talks = [Talk(noise(0.5 + 0.02 * (i % 5), 100 + i), (640, 1280, 999)[i % 3], i, ("", "Hi.")[i % 2], i, None,
+                  dict(text_temperature=0.5 * (i % 2)))
+             for i in range(36)]
+    check(m, talks, max_sessions=36)
+
+
+def test_rows_of_very_different_lengths():
+    """Rows whose lengths differ by blocks: a long prompt beside a short one, a conversation that runs past two
+    blocks (512 positions), and one that joins once it has, so its run alone reads buffers of the first capacity
+    (256) and in the group the long row's (1024): each exact, each holding its own length's blocks."""
+    m = model("tiny_model_aria")
+    talks = [Talk(noise(44.0, 1), 1280, 0, LONG_PROMPT, 1, None, {}),  # a position a tick: 97 + 550 positions
+             Talk(noise(3.0, 2), 999, 1, "Hi.", 2, None, dict(text_temperature=0.8)),
+             Talk(noise(2.0, 3), 1280, 480, "", 3, None, dict(reference=True))]  # the first past 512 positions
+    first, _, last = check(m, talks, max_sessions=3)
+    assert first.position > 2 * 256 + 100 > 100 > last.position
+
+
 def test_a_conversation_with_tools_in_a_group(tmp_path):
     """The tool channel fixes one row's ids (docs/tools.md §5) while the others run free."""
     from test_tools import ScriptedHead
@@ -358,8 +380,8 @@ def test_a_full_group_refuses_a_conversation_and_a_freed_row_takes_the_next():
 
 
 def test_the_state_a_group_holds_is_what_admission_counts():
-    """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays:
-    two conversations of different lengths, the buffers at the longer one's capacity."""
+    """``state_bytes`` (what admission weighs against free memory) is the bytes of the group's batched arrays
+    (``held_bytes``): two conversations of different lengths, the buffers at the longer one's capacity."""
     from voicechat import compute
     from voicechat.timeline.admission import state_bytes
 
@@ -371,8 +393,9 @@ def test_the_state_a_group_holds_is_what_admission_counts():
     while group.step():
         pass
     held = [*group.lm.arrays, *group.tts_state.arrays(), group.seen]
-    assert group.positions() == a.position > 256 > b.position
-    assert sum(x.nbytes for x in held) == state_bytes(m.config, 2, a.position, compute.speech_dtype().size)
+    assert a.position > 256 > b.position
+    assert group.held_bytes() == sum(x.nbytes for x in held)
+    assert group.held_bytes() == state_bytes(m.config, [a.position, b.position], compute.speech_dtype().size)
     assert all(x.shape[0] in (2, 4) for x in held)  # rows: two conversations (the TTS's: two CFG rows each)
 
 
@@ -391,6 +414,40 @@ def test_a_conversation_that_would_not_fit_is_refused_at_admission():
         mx.set_memory_limit(previous)
     assert group.open == 0
     group.session()  # with the memory back, it fits
+
+
+def test_admission_reserves_each_conversation_up_to_its_cap_and_refuses_only_what_does_not_fit():
+    """With memory for two and a half conversations of one minute (``max_minutes``), a group of one-minute
+    conversations admits two and refuses the third; the same memory holds no conversation that may reach the
+    timeline's limit. A conversation at its cap is refused its next audio, with the cap in the message, and a recording
+    that would pass it is refused before it starts."""
+    import mlx.core as mx
+    from voicechat import compute
+    from voicechat.errors import TimelineFull
+    from voicechat.limits import SettingError
+    from voicechat.timeline.recording import open_recording
+    from voicechat.timeline.admission import MEMORY_SHARE, state_bytes
+
+    m = model("tiny_model")
+    itemsize = compute.speech_dtype().size
+    need = [state_bytes(m.config, [750] * n, itemsize) for n in (1, 2, 3)]
+    assert need[2] < state_bytes(m.config, [8192], itemsize)
+    capped, whole = m.sessions(3, max_minutes=1.0), m.sessions(3)
+    previous = mx.set_memory_limit(mx.get_active_memory() + int((need[1] + need[2]) / 2 / MEMORY_SHARE))
+    try:
+        capped.session(), capped.session()
+        with pytest.raises(SessionsFull, match=r"3 conversations of 750 positions \(1 min\) need"):
+            capped.session()
+        with pytest.raises(SessionsFull, match="1 conversations of 8192 positions"):
+            whole.session()
+    finally:
+        mx.set_memory_limit(previous)
+    assert capped.open == 2 and whole.open == 0
+    short = m.sessions(1, max_minutes=0.05).session()
+    with pytest.raises(TimelineFull, match=r"pass 37 timeline positions \(0.0493 min, this server's cap on a"):
+        short.push(noise(4.0, 1), RATE)
+    with pytest.raises(SettingError, match="more than this server's cap on a conversation, 37"):  # before it starts
+        open_recording(m, noise(4.0, 2), RATE, group=m.sessions(1, max_minutes=0.05))
 
 
 def test_a_servers_default_is_what_fits_at_most_the_measured_bound():

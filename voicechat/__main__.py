@@ -301,13 +301,21 @@ def cmd_download(a: argparse.Namespace) -> int:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     checked_output(a.json, "--json", a.overwrite)
-    if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
-        from .benchmarks.sessions import main as sessions_main
+    if not a.demo and a.model is None:
+        raise UsageError("bench needs --model DIR (a checkpoint) or --demo")
+    with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
+        if a.demo:
+            from .random_checkpoint import write_tiny_checkpoint
 
-        return sessions_main(a)
-    from .benchmarks.frame import main as bench_main
+            print("the demo model (random weights: its speed is a tiny model's)", file=sys.stderr)
+            a.model = str(write_tiny_checkpoint(Path(scratch), seed=0))
+        if a.sessions:  # many conversations on one model (voicechat/benchmarks/sessions.py)
+            from .benchmarks.sessions import main as sessions_main
 
-    return bench_main(a)
+            return sessions_main(a)
+        from .benchmarks.frame import main as bench_main
+
+        return bench_main(a)
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
@@ -325,7 +333,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .engine import check_limits
 
     try:
-        check_limits(a.max_sessions, flags=True)
+        check_limits(a.max_sessions, max_minutes=a.max_minutes, flags=True)
     except ConfigError as e:
         raise UsageError(str(e)) from None
     if a.allow_voice_add and not a.api_key:
@@ -336,10 +344,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
                 raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
         serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
               idle_seconds=a.idle_timeout, max_sessions=a.max_sessions, voices=Path(a.voices).expanduser(),
-              voice_add=a.allow_voice_add, ahead_seconds=a.max_ahead_seconds)
+              voice_add=a.allow_voice_add, ahead_seconds=a.max_ahead_seconds, max_minutes=a.max_minutes)
         return 0
     if a.allow_voice_add:
         raise UsageError("--allow-voice-add works on the plain server only (a Ray replica has no voice library)")
+    if a.max_minutes is not None:
+        raise UsageError("--max-minutes works on the plain server only (a Ray replica does not take it yet)")
     try:
         from .deploy import ArgumentError, run
     except ImportError as e:
@@ -391,7 +401,11 @@ def add_serve_parser(sub) -> None:
                         f"{DEFAULT_AHEAD_SECONDS:g}; 0 = no limit; docs/limits.md §2)")
     s.add_argument("--max-sessions", type=int, default=None, metavar="N",
                    help="conversations stepped together on the model at once; one more gets server_busy "
-                        "(default: as many as fit in memory at the timeline limit, at most 4; docs/batching.md)")
+                        "(default: as many as fit in memory at --max-minutes, at most 4; docs/batching.md)")
+    s.add_argument("--max-minutes", type=float, default=None, metavar="MIN",
+                   help="a conversation's most minutes: at them it ends with a session_failed error event, and each "
+                        "conversation's memory is reserved up to them (default: the timeline's 10.9; "
+                        "docs/batching.md §4)")
     add_library_argument(s)
     s.add_argument("--allow-voice-add", action="store_true",
                    help="let clients add voices to the library (the voicechat.voice.add event, docs/voices.md); "
@@ -549,7 +563,7 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
 
     from .benchmarks.sessions import session_counts
 
-    add_arguments(b)
+    add_arguments(b, demo=True)
     b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
                    help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
                         "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")

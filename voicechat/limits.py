@@ -123,10 +123,12 @@ def run_positions(model, samples: int, prompt: str, gen) -> int:
     return model.prompt_length(prompt) + model.encoder_frames(samples + silence)
 
 
-def check_timeline(positions: int, param: str) -> None:
-    """Work whose timeline would pass TIMELINE_LIMIT is refused before it starts."""
-    if positions > TIMELINE_LIMIT:
-        minutes = TIMELINE_LIMIT * FRAME_SECONDS / 60
-        raise SettingError(param, f"this would take {positions} timeline positions, more than the timeline's "
-                                  f"{TIMELINE_LIMIT} ({minutes:.1f} minutes): use a shorter recording, prompt or "
+def check_timeline(positions: int, param: str, most: int = TIMELINE_LIMIT) -> None:
+    """Work whose timeline would pass TIMELINE_LIMIT, or ``most`` (a server's cap on a conversation,
+    docs/batching.md §4), is refused before it starts."""
+    if positions > most:
+        minutes = most * FRAME_SECONDS / 60
+        what = "the timeline's" if most == TIMELINE_LIMIT else "this server's cap on a conversation,"
+        raise SettingError(param, f"this would take {positions} timeline positions, more than {what} "
+                                  f"{most} ({minutes:.1f} minutes): use a shorter recording, prompt or "
                                   "appended silence")

@@ -41,8 +41,8 @@ from .voices import Voice, checkpoint_voices
 
 WARM_POSITIONS = 2048  # cache sizes made ready at load: 2.7 minutes of conversation (larger ones on first use)
 # prompts of these lengths meet every prefill kernel MLX's CUDA backend compiles per row tile of a 4-bit product (a
-# prompt is prefilled at most timeline.conversation.PREFILL_STAGE positions at a time), so that compilation happens at load and
-# not when a conversation starts (docs/platform.md §8)
+# prompt is prefilled at most timeline.conversation.PREFILL_STAGE positions at a time), so that compilation happens
+# at load and not when a conversation starts (docs/platform.md §8)
 WARM_PROMPT_POSITIONS = (16, 32)
 # the warm-up session's 80 ms feeds: the first fills the encoder's caches, the others take its steady path
 WARM_FRAMES = 4
@@ -170,11 +170,12 @@ class Model:
         ticks step it (``group.session(...)`` passes itself); without one it is a group of one."""
         return Session(self, system_prompt, seed, speaker, config, tools, group=group)
 
-    def sessions(self, max_sessions: int) -> SessionGroup:
+    def sessions(self, max_sessions: int, max_minutes: Optional[float] = None) -> SessionGroup:
         """A group of up to ``max_sessions`` conversations stepped together, each exactly as if alone
         (:class:`voicechat.timeline.loop.SessionGroup`, docs/batching.md): ``group.session(...)`` opens one, ``push``
-        queues its audio, ``group.step()`` advances every ready one by a position."""
-        return SessionGroup(self, max_sessions)
+        queues its audio, ``group.step()`` advances every ready one by a position. ``max_minutes``: each
+        conversation's most (None: the timeline's limit), what admission reserves memory for (docs/batching.md §4)."""
+        return SessionGroup(self, max_sessions, max_minutes)
 
     def generate(self, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, system_prompt: str = "",
                  seed: int = 0, speaker=None, config: Optional[GenerationConfig] = None,

@@ -367,6 +367,19 @@ def prepare_directory(directory: Path) -> None:
     (directory / MARKER).write_text("Written by voicechat.random_checkpoint; it may replace this folder.\n")
 
 
+def write_configs(directory: Path, d: dict) -> tuple[dict, dict, TextTokenizer, object]:
+    """The LLM's config and the tokenizer of dims ``d`` written into ``directory`` (an empty folder): -> (the LLM's
+    config, the nested config, the tokenizer, the parsed config: what the shapes of a model of these dims follow)."""
+    (directory / "llm").mkdir()
+    llm = llm_config(d)
+    (directory / "llm" / "config.json").write_text(json.dumps(llm, indent=1))
+    write_tokenizer(directory, d["vocab"])
+    nested = nested_config(d, "llm")
+    tokenizer = TextTokenizer(directory / "tokenizer.json")
+    return llm, nested, tokenizer, with_token_ids(parse_nested(nested, llm), tokenizer.token_to_id,
+                                                  tokenizer.id_to_token)
+
+
 def write_checkpoint(directory, layout: str = "nested", dims: str = "tiny", seed: int = 0) -> Path:
     """Write a random-weight checkpoint that ``voicechat.load`` accepts into ``directory`` (new, empty, or one this
     function wrote before); returns it."""
@@ -375,13 +388,7 @@ def write_checkpoint(directory, layout: str = "nested", dims: str = "tiny", seed
     d = DIMS[dims]
     directory = Path(directory)
     prepare_directory(directory)
-    (directory / "llm").mkdir()
-    llm = llm_config(d)
-    (directory / "llm" / "config.json").write_text(json.dumps(llm, indent=1))
-    write_tokenizer(directory, d["vocab"])
-    nested = nested_config(d, "llm")
-    tokenizer = TextTokenizer(directory / "tokenizer.json")
-    cfg = with_token_ids(parse_nested(nested, llm), tokenizer.token_to_id, tokenizer.id_to_token)
+    llm, nested, tokenizer, cfg = write_configs(directory, d)
     model = VoiceChatModel(cfg, tokenizer.vocab_size, function_head=True, speakers=("Aria",))
     weights = {}
     for name, w in random_tensors(model, tokenizer, cfg, seed):

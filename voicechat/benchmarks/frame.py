@@ -213,8 +213,12 @@ def main(args=None) -> int:
     return 0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="checkpoint directory or Hub repo id")
+def add_arguments(p: argparse.ArgumentParser, demo: bool = False) -> None:
+    """The bench's arguments; ``demo``: ``--demo`` (the CLI's tiny random-weight model) instead of ``--model``."""
+    p.add_argument("--model", required=not demo, help="checkpoint directory or Hub repo id")
+    if demo:
+        p.add_argument("--demo", action="store_true", help="the demo model: a tiny random-weight checkpoint written "
+                                                           "for the run (no download)")
     p.add_argument("--frames", type=int, default=50, help="80 ms input frames per run; with --sessions, the "
                    "ticks measured once all N conversations are past their prompts (default 50)")
     p.add_argument("--runs", type=int, default=3, help="timed offline runs (default 3)")

@@ -10,7 +10,8 @@ encoder's steady frames included). Reported per N, over the ``--frames`` ticks a
 (every conversation has input through them, and the fewest rows a measured tick stepped is reported): tick p50 / p95 /
 p99 / max, milliseconds per conversation (tick p50 / N), the step alone, the joins' stall of the others (per tick in
 which a set-up stage ran while another conversation had joined: the asking and that stage) and each conversation's
-whole set-up, active memory per conversation and the peak, the graph nodes of one tick of all rows; then the largest
+whole set-up, active memory per conversation and the peak, the state the group holds at the end (``state_bytes``: its
+arrays' bytes, docs/batching.md §4) and per conversation, the graph nodes of one tick of all rows; then the largest
 N whose tick p95 stays under 80 ms.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from .. import compute
 import mlx.core as mx
 
+from ..files import write_atomically
 from ..timeline.loop import SessionGroup
 from . import count_ops, peak_memory_gb
 from .frame import speech_script
@@ -106,6 +108,8 @@ def run_group(model, n: int, frames: int) -> dict:
         tick += 1
     steady = ticks[steady_from:]
     active = mx.get_active_memory()
+    held = group.held_bytes()
+    positions = [s.position for s in sessions]
     for s in sessions:
         s.close()
     tick_stats = stats(steady)
@@ -113,14 +117,16 @@ def run_group(model, n: int, frames: int) -> dict:
             "ms_per_conversation": tick_stats["p50"] / n, "join": stats(stalls), "set_up": stats(set_ups),
             "active_gb_per_conversation": (active - base) / 1e9 / n, "peak_gb": peak_memory_gb(),
             "ticks_measured": len(steady), "fewest_rows_stepped": min(stepped[steady_from:]),
-            "graph_nodes_per_tick": group.nodes}
+            "graph_nodes_per_tick": group.nodes, "state_bytes": held, "state_bytes_per_conversation": held / n,
+            "positions": {"min": min(positions), "max": max(positions)}}
 
 
 def run(model_spec: str, counts: list[int], frames: int) -> dict:
     from .. import load
 
     model = load(model_spec)
-    run_group(model, max(counts), 4)  # warm-up: every row count's shapes once
+    if compute.compile_enabled():
+        run_group(model, max(counts), 4)  # warm-up: every row count's compiled shapes once
     rows = [run_group(model, n, frames) for n in counts]
     fits = [r["sessions"] for r in rows if r["tick"]["p95"] < FRAME * 1e3]
     return {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
@@ -132,13 +138,15 @@ def print_table(r: dict) -> None:
     print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} ticks measured with all N "
           f"past their prompts, starts {r['stagger_ticks']} ticks apart")
     print(f"{'N':>3s} {'tick p50':>9s} {'p95':>7s} {'p99':>7s} {'max':>7s} {'ms/conv':>8s} {'step p50':>9s} "
-          f"{'join p50':>9s} {'join max':>9s} {'set-up p50':>11s} {'GB/conv':>8s} {'peak GB':>8s} {'nodes':>6s}")
+          f"{'join p50':>9s} {'join max':>9s} {'set-up p50':>11s} {'GB/conv':>8s} {'state MB/conv':>14s} "
+          f"{'peak GB':>8s} {'nodes':>6s}")
     for row in r["rows"]:
         t, j = row["tick"], row["join"]
         print(f"{row['sessions']:3d} {t['p50']:9.2f} {t['p95']:7.2f} {t['p99']:7.2f} {t['max']:7.2f} "
               f"{row['ms_per_conversation']:8.2f} {row['step']['p50']:9.2f} {j['p50']:9.1f} {j['max']:9.1f} "
               f"{row['set_up']['p50']:11.1f} "
-              f"{row['active_gb_per_conversation']:8.4f} {row['peak_gb']:8.3f} {row['graph_nodes_per_tick']:6d}")
+              f"{row['active_gb_per_conversation']:8.4f} {row['state_bytes_per_conversation'] / 1e6:14.2f} "
+              f"{row['peak_gb']:8.3f} {row['graph_nodes_per_tick']:6d}")
     print(f"largest N with tick p95 < {FRAME * 1e3:.0f} ms: {r['largest_real_time']}")
 
 
@@ -146,7 +154,7 @@ def main(args) -> int:
     r = run(args.model, args.sessions, args.frames)
     print_table(r)
     if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=1))
+        write_atomically(Path(args.json), json.dumps(r, indent=1).encode("utf-8"))
     return 0
 
 

@@ -45,13 +45,18 @@ class EngineFull(VoiceChatError):
     """Too many jobs are already waiting."""
 
 
-def check_limits(max_sessions: Optional[int], max_recordings: int = 1, *, flags: bool = False) -> None:
+def check_limits(max_sessions: Optional[int], max_recordings: int = 1, max_minutes: Optional[float] = None, *,
+                 flags: bool = False) -> None:
     """The engine's conversation limits, checked here alone (the command line, the app and a deployment ask before
     anything loads; ``flags`` names them as the command line's options): ``max_sessions`` live conversations at once
-    (None: as many as fit), ``max_recordings`` recordings at once, each at least 1."""
+    (None: as many as fit), ``max_recordings`` recordings at once, each at least 1; ``max_minutes`` a conversation's
+    most (None: the timeline's limit), above 0."""
+    flag = lambda name: "--" + name.replace("_", "-") if flags else name  # noqa: E731
     for name, value in (("max_sessions", max_sessions), ("max_recordings", max_recordings)):
         if value is not None and value < 1:
-            raise ConfigError(f"{'--' + name.replace('_', '-') if flags else name} must be at least 1, got {value}")
+            raise ConfigError(f"{flag(name)} must be at least 1, got {value}")
+    if max_minutes is not None and not max_minutes > 0:
+        raise ConfigError(f"{flag('max_minutes')} must be above 0, got {max_minutes}")
 
 
 class Engine(LiveConversations, Recordings):
@@ -60,11 +65,13 @@ class Engine(LiveConversations, Recordings):
     to ``max_recordings`` recordings at once; more recordings wait in submission order (docs/batching.md §5)."""
 
     def __init__(self, load_model: ModelLoader, *, name: str, max_waiting: int = 8, max_sessions: Optional[int] = 1,
-                 max_recordings: int = 1):
+                 max_recordings: int = 1, max_minutes: Optional[float] = None):
         """``max_sessions`` None: as many as :func:`voicechat.timeline.admission.fitting_sessions` finds once the model
         is loaded (one until then). The recordings have rows of their own, so that a live conversation always finds
-        its row at the next tick."""
-        check_limits(max_sessions, max_recordings)
+        its row at the next tick. ``max_minutes``: a conversation's most (None: the timeline's limit); at it a live
+        conversation ends with an ERROR event, and admission reserves each conversation's memory up to it."""
+        check_limits(max_sessions, max_recordings, max_minutes)
+        self.max_minutes = max_minutes
         self.name = name
         self.max_waiting = max_waiting
         self.max_sessions = max_sessions or 1
@@ -277,14 +284,14 @@ class Engine(LiveConversations, Recordings):
 
     def _load(self) -> None:
         from ..compute import compile_enabled
-        from ..timeline.admission import fitting_sessions
+        from ..timeline.admission import capped_positions, fitting_sessions
 
         t0 = time.perf_counter()
         self._set_status(EngineStatus(LOADING, f"Loading {self.name}"))
         try:
             model = self._load_model(download_bar(self.name, self._set_status))
             if self._fit_sessions:
-                self.max_sessions = fitting_sessions(model)
+                self.max_sessions = fitting_sessions(model, max_positions=capped_positions(self.max_minutes))
             rows = self.max_sessions + self.max_recordings  # the group's (Engine._group)
             if compile_enabled() and rows > 2:  # load warmed one row up; the group meets more at joins
                 model.warm_up(sessions=rows)
@@ -305,7 +312,7 @@ class Engine(LiveConversations, Recordings):
         """The model's group: ``max_sessions`` rows for live conversations, ``max_recordings`` for recordings (its
         rows are made as conversations join: rows never used hold no memory)."""
         if self.group is None:
-            self.group = self.model.sessions(self.max_sessions + self.max_recordings)
+            self.group = self.model.sessions(self.max_sessions + self.max_recordings, self.max_minutes)
         return self.group
 
     def _ended(self) -> None:

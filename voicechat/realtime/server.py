@@ -191,9 +191,11 @@ class ServeError(VoiceChatError):
     """The server cannot start (the model failed to load, the port is taken)."""
 
 
-def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None):
+def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Optional[int] = None,
+                  max_minutes: Optional[float] = None):
     """Start an engine for up to ``max_sessions`` conversations at once (None: as many as fit,
-    voicechat.timeline.admission.fitting_sessions) and wait until its model has loaded: (the engine, the model's name).
+    voicechat.timeline.admission.fitting_sessions), each of ``max_minutes`` at most (None: the timeline's limit), and
+    wait until its model has loaded: (the engine, the model's name).
     ServeError if it failed. ``serve`` and each Ray Serve replica (voicechat/deploy.py) start theirs this way."""
     import time
 
@@ -204,7 +206,7 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
         print("Demo mode: a tiny model with random weights. Its answers are noise.", flush=True)
     else:
         loader, name = eng.hub_model(model, offline=offline), model
-    engine = eng.Engine(loader, name=name, max_sessions=max_sessions).start()
+    engine = eng.Engine(loader, name=name, max_sessions=max_sessions, max_minutes=max_minutes).start()
     while engine.status().state not in (eng.READY, eng.FAILED):
         time.sleep(0.1)
     status = engine.status()
@@ -216,7 +218,8 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
 
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
           idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
-          voices: Optional[Path] = None, voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS) -> None:
+          voices: Optional[Path] = None, voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS,
+          max_minutes: Optional[float] = None) -> None:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
     conversations at once; None: as many as fit, voicechat.timeline.admission.fitting_sessions) until interrupted."""
     import socket
@@ -224,7 +227,8 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
+    engine, name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions,
+                                 max_minutes=max_minutes)
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -391,10 +391,12 @@ class Session:
         return self.prompt_frames + self.held + max(0, (samples - reach) // self.cfg.samples_per_input_frame + 1)
 
     def _check_room(self, positions: int) -> None:
-        if positions > TIMELINE_LIMIT:
-            raise TimelineFull(f"the conversation would pass {TIMELINE_LIMIT} timeline positions "
-                               f"({TIMELINE_LIMIT * self.cfg.frame_length / 60:.1f} minutes, NVIDIA's streaming "
-                               "limit); start a new session")
+        """The timeline's limit, or the group's cap on a conversation's length (docs/batching.md §4)."""
+        most = self.group.max_positions
+        if positions > most:
+            why = "NVIDIA's streaming limit" if most == TIMELINE_LIMIT else "this server's cap on a conversation"
+            raise TimelineFull(f"the conversation would pass {most} timeline positions "
+                               f"({most * self.cfg.frame_length / 60:.3g} min, {why}); start a new session")
 
     def _listen(self, heard, valid: Optional[bool]) -> None:
         """Queue the encoder frames for the LLM: a steady frame (computed in a tick), or (projected, encoded) frames.

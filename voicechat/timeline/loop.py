@@ -38,7 +38,7 @@ from ..llm import lm
 from ..stt.perception import PerceptionRows, SteadyFrame
 from ..tts.eartts import TTSState
 from ..tts.mog import KeyNoise, key_draws
-from .admission import check_memory, free_row, grown_rows
+from .admission import capped_positions, check_memory, free_row, grown_rows
 
 LOOKAHEAD = 1  # ticks built and queued on the device while the host reads the one before
 
@@ -108,10 +108,11 @@ class SessionGroup:
     Build it with :meth:`voicechat.Model.sessions`; :meth:`session` opens a conversation in it, :meth:`step`
     advances every ready conversation by one position."""
 
-    def __init__(self, model, max_sessions: int = 1):
+    def __init__(self, model, max_sessions: int = 1, max_minutes: Optional[float] = None):
         if int(max_sessions) < 1:
             raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
         self.model, self.cfg = model, model.config
+        self.max_positions = capped_positions(max_minutes)  # a conversation's most
         self.stt, self.tts = model.net.stt_model, model.net.tts_model
         self.max_sessions = int(max_sessions)
         self.members: list = []  # the conversation of each row, None where a row is free
@@ -201,10 +202,10 @@ class SessionGroup:
         self.tts_keys = put(self.tts_keys, noise.key if isinstance(noise, KeyNoise) else mx.zeros((2,), mx.uint32))
         mx.eval(self.prev_ids, self.prev_code, self.frame0, self.seen, self.text_keys, self.tts_keys)
 
-    def positions(self) -> int:
-        """Positions of the longest conversation's caches (what every row's buffers hold room for)."""
-        offsets = [c.offsets for c in self.lm.cache.layers if c is not None and hasattr(c, "offsets")]
-        return int(max((o.max() for o in offsets if len(o)), default=0))
+    def held_bytes(self) -> int:
+        """Bytes of the state the group holds now: every row's Mamba states, key/value buffers and seen ids
+        (docs/batching.md §4)."""
+        return sum(a.nbytes for a in (*self.lm.arrays, *self.tts_state.arrays(), self.seen))
 
     def leave(self, session) -> None:
         """Free ``session``'s row (its state stays until a joining conversation overwrites it); a conversation still

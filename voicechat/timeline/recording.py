@@ -13,7 +13,7 @@ import numpy as np
 
 from ..audio import prepare_input
 from ..config import GenerationConfig
-from ..limits import check_timeline, checked_prompt, run_positions
+from ..limits import TIMELINE_LIMIT, check_timeline, checked_prompt, run_positions
 from ..result import FrameUpdate, Result
 from ..tools import Tool, system_prompt as tool_prompt
 from .conversation import LISTEN_BLOCK_FRAMES, Frame, Session
@@ -35,7 +35,8 @@ def open_recording(model, audio, sample_rate: Optional[int] = None, system_promp
     fixed, extra = gen.fixed_length, gen.silence_samples(cfg.input_sample_rate)
     prompt = tool_prompt(checked_prompt(system_prompt), tools)
     positions = run_positions(model, len(x), prompt, gen)
-    check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds")  # refused before it starts
+    most = TIMELINE_LIMIT if group is None else group.max_positions
+    check_timeline(positions, "extra_seconds" if fixed else "max_extra_seconds", most)  # refused before it starts
     tracker = ProgressTracker(progress, positions)
     tracker.announce("prompt")
     session = Session(model, system_prompt, seed, speaker, gen, tools, noise=noise, profile=profile,
