@@ -33,6 +33,7 @@ from voicechat.errors import ConfigError, ModelUnavailable, VoiceChatError  # no
 from voicechat.limits import SettingError, check_range  # noqa: E402
 from voicechat.webui import talk, timeline  # noqa: E402
 from voicechat.webui.record import NVIDIA_PROMPT, RTF_MEANING, RecordAndRun, load_examples  # noqa: E402
+from voicechat.webui.access import KeyGuard  # noqa: E402
 from voicechat.webui.uploads import UPLOADS_CAP_BYTES, FileGuard  # noqa: E402
 
 APP_DIR = Path(__file__).resolve().parent
@@ -222,7 +223,15 @@ def launch(demo: gr.Blocks, outputs: Path, uploads_cap_bytes: int = UPLOADS_CAP_
     guard = Middleware(FileGuard, uploads=uploads_folder(outputs), cap_bytes=uploads_cap_bytes, keep=(EXAMPLES_CACHE,))
     return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
                        js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
-                       app_kwargs={**talk.app_kwargs(demo), "middleware": [guard]}, **kwargs)
+                       app_kwargs={**talk.app_kwargs(demo), "middleware": [*key_guard(demo), guard]}, **kwargs)
+
+
+def key_guard(demo: gr.Blocks) -> list:
+    """With ``--api-key``: the guard before every route of the app (voicechat/webui/access.py), outermost."""
+    from starlette.middleware import Middleware
+
+    realtime = talk.TABS[demo].realtime
+    return [Middleware(KeyGuard, api_key=realtime.api_key, authorized=realtime.authorized)] if realtime.api_key else []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -278,8 +287,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--outputs", type=Path, default=DEFAULT_OUTPUTS,
                    help="folder for answers, downloads and uploads (default: ./outputs next to app.py)")
     p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
-                   help="the Talk live tab's Realtime API (/v1/realtime) and tool route need this key, as "
-                        "`voicechat serve --api-key` (default: $VOICECHAT_API_KEY); the tab asks for it")
+                   help="every route of the app needs this key: the page asks for it once, scripts send "
+                        "Authorization: Bearer KEY (default: $VOICECHAT_API_KEY; docs/limits.md §3)")
     cap_mb = UPLOADS_CAP_BYTES / 2 ** 20
     p.add_argument("--max-uploads-mb", type=float, default=cap_mb,
                    help=f"the uploads kept at most, in MiB; the oldest go first (default {cap_mb:g})")
@@ -307,7 +316,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print(f"Model: {name} (downloaded on first use into the Hugging Face cache; progress is shown below "
               "and in the app).")
     if args.share and not args.api_key:
-        print("--share without --api-key: anyone with the link can use the Talk live tab's Realtime API and tools.")
+        print("--share without --api-key: anyone with the link can use the app, its voices and its Realtime API.")
     engine = eng.Engine(loader, name=name, max_waiting=MAX_WAITING, max_sessions=args.max_sessions,
                         max_recordings=args.max_recordings, max_minutes=args.max_minutes).start()
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)

@@ -7,6 +7,7 @@ contract; the --demo test runs the real engine on a tiny random-weight checkpoin
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -391,13 +392,13 @@ def test_only_outputs_and_examples_are_served(served):
 # ---------------------------------------------------------------------------------------------------------------
 # hardening (issue 25, docs/limits.md): settings, files served, the uploads' cap, the API key
 # ---------------------------------------------------------------------------------------------------------------
-def upload(url: str, name: str, data: bytes, content_type: str) -> str:
+def upload(url: str, name: str, data: bytes, content_type: str, headers: dict = {}) -> str:  # noqa: B006
     """POST one file to Gradio's upload route as the page does; returns the path it is kept under."""
     boundary = secrets.token_hex(8)
     body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
             f"Content-Type: {content_type}\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
     request = urllib.request.Request(f"{url}gradio_api/upload", data=body,
-                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}", **headers})
     with urllib.request.urlopen(request, timeout=30) as r:
         return json.loads(r.read())[0]
 
@@ -436,22 +437,25 @@ def test_bad_settings_are_one_line_before_the_engine_queues_anything(served):
     assert "Answer ready" in text_of(call(client, EXAMPLE).result(timeout=60)[OUT["status"]])
 
 
+KEY = {"Authorization": "Bearer sesame"}  # the guarded app's key
+
+
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
-    """The app with --api-key and a small uploads cap (300 KiB); yields (url, outputs folder)."""
+    """The app with --api-key and a small uploads cap (300 KiB); yields (url, outputs folder, the Blocks)."""
     engine = eng.Engine(loader_for(ScriptedModel(frame_delay=0.002)), name="scripted stand-in").start()
     outputs = tmp_path_factory.mktemp("guarded")
     demo = app.build_app(engine, outputs=outputs, api_key="sesame")
     app.launch(demo, outputs, uploads_cap_bytes=300 * 1024, server_name="127.0.0.1", server_port=free_port(),
                prevent_thread_lock=True, quiet=True)
-    yield demo.local_url, outputs
+    yield demo.local_url, outputs, demo
     demo.close()
     engine.close()
 
 
 def test_the_uploads_keep_to_their_cap_and_the_oldest_go_first(guarded):
-    url, outputs = guarded
-    kept = [upload(url, f"take{i}.wav", bytes([i]) * 100 * 1024, "audio/wav") for i in range(5)]
+    url, outputs, _ = guarded
+    kept = [upload(url, f"take{i}.wav", bytes([i]) * 100 * 1024, "audio/wav", KEY) for i in range(5)]
     on_disk = [p for p in app.uploads_folder(outputs).rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in on_disk) <= 300 * 1024
     assert [Path(p).exists() for p in kept] == [False, False, True, True, True]
@@ -480,10 +484,114 @@ def test_the_api_key_guards_the_apps_realtime_route_and_tools(guarded):
         except urllib.error.HTTPError as e:
             return e.code
 
-    assert tool({}) == 403 and tool({"Authorization": "Bearer wrong"}) == 403
-    assert tool({"Authorization": "Bearer sesame"}) == 200
-    with urllib.request.urlopen(f"{url}live/status", timeout=30) as r:
-        assert json.loads(r.read())["key_required"] is True  # the Talk live tab asks for the key
+    assert tool({}) == 401 and tool({"Authorization": "Bearer wrong"}) == 401
+    assert tool(KEY) == 200
+
+
+# issue 41 §5: without the key, nothing of the app changes or says anything
+WRONG = [{}, {"Authorization": "Bearer wrong"}, {"Cookie": "voicechat-key=wrong"}]  # no key, a wrong one, a bad cookie
+TRIES = {"add_voice": ["Evil", None], "rename_voice": ["Maya", "Evil"], "remove_voice": ["Maya"],
+         "hear_voice": ["Maya"], "run": [None, "", 0]}  # what each Gradio endpoint would be asked (the rest: nothing)
+
+
+def every_request(demo, voice_file: Path, api_names: list) -> list[tuple[str, str]]:
+    """(method, path) of every route of the running app, as its FastAPI app lists them (a new route cannot be left
+    out), path parameters filled in: each Gradio endpoint's name, a voice's prompt.wav for Gradio's file routes."""
+    from fastapi.routing import iter_route_contexts
+    from starlette.routing import Mount, WebSocketRoute
+
+    values = {"path_or_url": str(voice_file), "path": str(voice_file), "name": "prompt.wav"}
+    found = []
+    for route in iter_route_contexts(demo.server_app.routes):
+        kind = route.original_route
+        methods = ["WS"] if isinstance(kind, WebSocketRoute) else sorted(route.methods or {"GET"})
+        path = route.path + ("/live.js" if isinstance(kind, Mount) else "")
+        names = api_names if "{api_name}" in path else [None]
+        for name in names:
+            filled = re.sub(r"{(\w+)(:path)?}", lambda m: values.get(m[1], name or "x"), path.replace("{api_name}",
+                                                                                                    name or ""))
+            found += [(method, filled) for method in methods]
+    return found
+
+
+def ask(http, url: str, method: str, path: str, headers: dict):
+    """One request as a client would make it (a POST with each endpoint's arguments; ``http``: an httpx.Client)
+    -> (status, body text)."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    if method == "WS":
+        try:
+            with connect(url.replace("http", "ws").rstrip("/") + path, additional_headers=headers, open_timeout=30):
+                return 101, ""
+        except InvalidStatus as e:
+            return e.response.status_code, e.response.body.decode(errors="replace")
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    data = {"data": TRIES.get(name, []), "fn_index": 0, "session_hash": "walk", "name": "Maya", "key": "wrong"}
+    r = http.request(method, url.rstrip("/") + path, headers=headers, timeout=30, follow_redirects=False,
+                     **({"json": data} if method == "POST" else {}))
+    return r.status_code, r.text
+
+
+def app_state(outputs: Path, tab) -> tuple:
+    """Every file under the outputs (voices, uploads, answers) with its size and time, and the speed check's state
+    (a status request starts it)."""
+    files = sorted((str(p.relative_to(outputs)), p.stat().st_size, p.stat().st_mtime_ns) for p in outputs.rglob("*"))
+    return files, tab.speed.speed.state
+
+
+def test_without_the_key_no_route_nor_endpoint_changes_or_reveals_anything(guarded):
+    """Without a key, Gradio's /add_voice, /remove_voice, /rename_voice, /hear_voice and /run acted, /live/status
+    listed the voices, /gradio_api/upload answered with the outputs folder's path, a voice's prompt.wav was served
+    and /live/measure started a speed check."""
+    import httpx
+    from gradio_client import Client
+    from voicechat.voices import LIBRARY_FOLDER, VoiceLibrary
+    from voicechat.webui import access, talk
+    from conftest import NEMO
+
+    url, outputs, demo = guarded
+    library = VoiceLibrary(outputs / LIBRARY_FOLDER)
+    if "Maya" not in library.names():
+        library.add("Maya", NEMO / "speaker_22k.wav", config=voicechat_config())
+    info = httpx.get(f"{url}gradio_api/info", headers=KEY, timeout=30).json()
+    api_names = [name.lstrip("/") for name in info["named_endpoints"]]
+    assert {"add_voice", "remove_voice", "rename_voice", "hear_voice", "run"} <= set(api_names)
+    before = app_state(outputs, talk.TABS[demo])
+    requests = every_request(demo, outputs / LIBRARY_FOLDER / "Maya" / "prompt.wav", api_names)
+    assert len(requests) > 90 and ("POST", "/gradio_api/upload") in requests and ("WS", "/v1/realtime") in requests
+    with httpx.Client() as http:
+        for (method, path), headers in itertools.product(requests, WRONG):
+            status, body = ask(http, url, method, path, headers)
+            if (method, path) == ("GET", "/gradio_api/startup-events"):  # Gradio's own call at launch: once
+                assert (status, body) == (200, "false")
+            else:
+                assert status == (403 if method == "WS" else 401), (method, path, headers, status, body[:200])
+            assert str(outputs) not in body and "Maya" not in body and "Traceback" not in body, (method, path)
+    for headers in WRONG:  # Gradio's own client cannot even start
+        with pytest.raises(Exception):
+            Client(url, verbose=False, headers=headers)
+    form = httpx.post(f"{url}{access.KEY_FORM_PATH.lstrip('/')}", data={"key": "wrong", "next": "/"}, timeout=30)
+    assert form.status_code == 401 and "set-cookie" not in form.headers
+    assert app_state(outputs, talk.TABS[demo]) == before  # nothing changed, no speed check started
+
+    # with the key: a script's header, or the browser's cookie from the key form
+    client = Client(url, verbose=False, headers=KEY)
+    assert "Record the voice or drop a file first" in client.predict("Evil", None, api_name="/add_voice")[1]
+    form = httpx.post(f"{url}{access.KEY_FORM_PATH.lstrip('/')}", data={"key": "sesame", "next": "/?view=api"},
+                      timeout=30)
+    assert form.status_code == 303 and form.headers["location"] == "/?view=api"
+    cookie = {"Cookie": form.headers["set-cookie"].split(";")[0]}
+    status = httpx.get(f"{url}live/status", headers=cookie, timeout=30).json()
+    assert status["key_required"] is False and "Maya" in [v["name"] for v in status["voices"]]
+
+
+def voicechat_config():
+    """A checkpoint's config (the NeMo fixture's), for a voice made here."""
+    import voicechat
+    from conftest import NEMO
+
+    return voicechat.load(NEMO / "tiny_model_aria").config
 
 
 # ---------------------------------------------------------------------------------------------------------------

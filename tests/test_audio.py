@@ -5,6 +5,9 @@ record it, Apple Lossless) from two known tones, left 440 Hz and right 660 Hz at
 mono (the mean of the channels) each tone must come back at amplitude 0.25.
 """
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import av
@@ -15,6 +18,7 @@ import soundfile as sf
 from voicechat.audio import (FRAME_SECONDS, check_recording, check_upload, duration_words, prepare_input,
                              read_audio)
 from voicechat.errors import AudioInputError
+from conftest import NEMO, TESTS
 
 TONES = (440.0, 660.0)  # left, right
 
@@ -191,3 +195,73 @@ def test_duration_words():
     seconds = (0.25, 9.4, 12.0, 59.4, 59.6, 75.0, 120.0, 3599.0, 3599.6, 3600.0, 7312.5, 7470.0)
     assert [duration_words(s) for s in seconds] == ["0.2 s", "9.4 s", "12 s", "59 s", "1 min", "1 min 15 s", "2 min",
                                                     "59 min 59 s", "1 h", "1 h", "2 h 2 min", "2 h 4 min"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a long recording is refused before it is decoded (issue 41 §1, docs/limits.md §1)
+# ----------------------------------------------------------------------------------------------------------------
+def silent_flac(path: Path, seconds: int, say_length: bool = True, rate: int = 16000) -> Path:
+    """``seconds`` of silence as a 16-bit FLAC (2 h: about 350 KB), written a minute at a time; without
+    ``say_length`` its header gives no length (STREAMINFO's total samples 0, as a streaming encoder leaves it)."""
+    with sf.SoundFile(str(path), "w", rate, 1, format="FLAC", subtype="PCM_16") as f:
+        for start in range(0, seconds, 60):
+            f.write(np.zeros(min(60, seconds - start) * rate, np.int16))
+    if not say_length:
+        data = bytearray(path.read_bytes())
+        at = 4 + 4 + 10  # "fLaC", the block header, block sizes and frame sizes; then rate, channels, bits, total
+        fields = int.from_bytes(data[at:at + 8], "big") & ~(2 ** 36 - 1)  # the low 36 bits: total samples
+        data[at:at + 8] = fields.to_bytes(8, "big")
+        path.write_bytes(bytes(data))
+    return path
+
+
+def peak_rss_mb(argv: list) -> float:
+    """Peak resident memory of ``argv`` run alone (a fresh parent, whose only child it is), in MB, and its stderr."""
+    parent = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+              "sys.stderr.write(p.stderr); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    p = subprocess.run([sys.executable, "-c", parent, *map(str, argv)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(TESTS.parent)})
+    return int(p.stdout.split()[-1]) / 1024, p.stderr
+
+
+def front_end(kind: str, recording: Path, tmp_path: Path) -> list:
+    """The command that refuses ``recording`` as ``kind`` does: the CLI, batch, or the app (an upload's check, then
+    a voice from it, as /add_voice)."""
+    if kind == "cli":
+        return [sys.executable, "-m", "voicechat", "generate", "--model", tmp_path / "no model", "--audio", recording,
+                "--quiet"]
+    if kind == "batch":
+        folder = tmp_path / f"set-{recording.stem}"
+        folder.mkdir()
+        (folder / recording.name).symlink_to(recording)
+        return [sys.executable, "-m", "voicechat", "batch", folder, "--out", tmp_path / f"out-{recording.stem}",
+                "--model", NEMO / "tiny_model"]
+    app = ("import sys; from voicechat.audio import check_upload; from voicechat.voices import VoiceLibrary\n"
+           "for refuse in (lambda: check_upload(sys.argv[1]),\n"
+           "               lambda: VoiceLibrary(sys.argv[2]).add('maya', sys.argv[1], config=None)):\n"
+           "    try: refuse()\n"
+           "    except Exception as e: print(e, file=sys.stderr)\n")
+    return [sys.executable, "-c", app, recording, tmp_path / "voices"]
+
+
+@pytest.mark.parametrize("kind", ["cli", "batch", "app"])
+@pytest.mark.parametrize("say_length", [True, False], ids=["header", "no header"])
+def test_refusing_two_hours_costs_what_refusing_a_short_recording_costs(tmp_path, kind, say_length):
+    """A 2 h FLAC of silence (350 KB) was decoded whole before its length was checked: 1 GB to refuse it."""
+    long = silent_flac(tmp_path / "long.flac", 7200, say_length)
+    short = tmp_path / "short.flac"
+    sf.write(str(short), np.zeros(800, np.int16), 16000)  # 50 ms: refused as too short, once decoded
+    short_mb, short_err = peak_rss_mb(front_end(kind, short, tmp_path))
+    long_mb, long_err = peak_rss_mb(front_end(kind, long, tmp_path))
+    assert "too short" in short_err
+    refused = "long.flac is 7200.0 s long; the limit is 600 s" if say_length else "long.flac is longer than 600 s"
+    assert refused in long_err and "Traceback" not in long_err
+    assert long_mb - short_mb < 100, (short_mb, long_mb)
+
+
+def test_a_header_that_gives_no_length_reads_as_one_that_does(tmp_path):
+    told, untold = (silent_flac(tmp_path / f"{name}.flac", 3, flag) for name, flag in (("told", True),
+                                                                                     ("untold", False)))
+    assert sf.info(str(untold)).frames > 2 ** 62  # libsndfile's "unknown": read whole, it asked for an endless array
+    x, rate = read_audio(untold, max_seconds=600)
+    assert rate == 16000 and np.array_equal(x, read_audio(told)[0]) and len(x) == 3 * 16000

@@ -121,6 +121,23 @@ def test_a_folder_answers_each_recording_as_generate_does_and_lists_the_bad_ones
 # a manifest: per-item prompt, seed, extra seconds and id
 # ----------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow  # runs voicechat batch as a process
+def test_a_failing_item_is_one_line_with_its_whole_reason_whatever_its_name_holds(tmp_path):
+    """A reason was cut at its first line break: an item named "bad\\nname" failed with the reason "bad"."""
+    recordings, out = tmp_path / "set", tmp_path / "out"
+    recordings.mkdir()
+    for name in ("bad\nname.wav", "tab\there.wav"):
+        (recordings / name).write_text("not audio")
+    p = batch(recordings, "--out", out, "--model", MODEL, check_rc=1)
+    items, totals = summary(out)
+    assert totals["failed"] == 2
+    for item_id, shown in [("bad\nname", "bad\\nname"), ("tab\there", "tab\\there")]:
+        reason = items[item_id]["reason"]
+        assert reason.startswith(f"{shown}.wav is not a readable audio file (") and reason.isprintable()
+        assert f"{shown}: failed: {reason}" in p.stderr.splitlines()  # the progress line, and the summary's:
+        assert f"  failed {shown}: {reason}" in p.stdout.splitlines() + p.stderr.splitlines()
+
+
+@pytest.mark.slow  # runs voicechat batch as a process
 def test_a_manifest_gives_each_item_its_own_settings(tmp_path):
     audio = write_question(tmp_path / "audio" / "q.wav")
     manifest, out = tmp_path / "set.jsonl", tmp_path / "out"

@@ -62,10 +62,10 @@ def test_the_skip_reason_names_every_missing_piece(tmp_path, monkeypatch):
     assert both.startswith(f"missing {tmp_path / 'chromium'} (apt-get install chromium) and playwright (pip install")
 
 
-def serve(loader, name: str, outputs: Path):
+def serve(loader, name: str, outputs: Path, api_key=None):
     """The app on an engine with this loader, launched locally; yields its URL."""
     engine = eng.Engine(loader, name=name).start()
-    demo = app.build_app(engine, outputs=outputs)
+    demo = app.build_app(engine, outputs=outputs, api_key=api_key)
     app.launch(demo, outputs, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
                quiet=True)
     yield demo.local_url
@@ -282,3 +282,29 @@ def test_without_a_model_the_page_says_so_and_run_is_off(without_a_model, page):
     expect(page.locator("#vc-input").get_by_role("button", name="Play", exact=True)).to_be_visible(timeout=20000)
     expect(status).to_contain_text("The model is not loaded")  # an upload does not hide it
     expect(page.get_by_role("button", name="Run", exact=True)).to_be_disabled()
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    """The app started with --api-key sesame."""
+    yield from serve(loader_for(ScriptedModel(frame_delay=0.002)), "scripted stand-in (key)",
+                     tmp_path_factory.mktemp("keyed"), api_key="sesame")
+
+
+def test_with_an_api_key_the_page_asks_for_it_once_then_works(keyed, page):
+    """app.py --api-key guards every route (docs/limits.md §3): a browser gets the key form, then a cookie."""
+    page.goto(keyed + "?view=api", wait_until="networkidle")
+    expect(page.get_by_text("This app needs its API key.")).to_be_visible()
+    page.get_by_label("API key").fill("wrong")
+    page.get_by_role("button", name="Open").click()
+    expect(page.get_by_text("That is not the app's API key.")).to_be_visible()
+    page.get_by_label("API key").fill("sesame")
+    page.get_by_role("button", name="Open").click()
+    page.wait_for_url(keyed + "?view=api")  # back where it was asked
+    status = page.locator("#vc-status")
+    expect(status).to_contain_text("Ready when you are", timeout=30000)
+    page.locator("#vc-input input[type=file]").set_input_files(str(EXAMPLE))  # Gradio's upload route, with the cookie
+    expect(status).to_contain_text(f"Recording ready{EXAMPLE.name}: 3.7 s.", timeout=20000)
+    page.get_by_role("tab", name="Talk live").click()
+    expect(page.locator("#live-status")).not_to_contain_text("Checking the model", timeout=30000)  # /live/status
+    expect(page.locator("#live-key-row")).to_be_hidden()  # the cookie carries the key: the tab does not ask

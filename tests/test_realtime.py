@@ -879,7 +879,7 @@ class Scripted:
         turn = [BOS, *ids, EOS]
         return turn[offset - start] if start <= offset < start + len(turn) else PAD
 
-    def sessions(self, max_sessions):
+    def sessions(self, max_sessions, max_minutes=None):
         """The engine's group: its conversations follow the script too."""
         from voicechat.timeline.loop import SessionGroup
 
@@ -889,7 +889,7 @@ class Scripted:
             def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=()):
                 return scripted.session(system_prompt, seed, speaker, config, tools, group=self)
 
-        return Group(self.model, max_sessions)
+        return Group(self.model, max_sessions, max_minutes)
 
     def session(self, system_prompt="", seed=0, speaker=None, config=None, tools=(), group=None):
         from test_tools import ScriptedHead

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -144,6 +145,62 @@ def test_names_list_rename_remove(tmp_path):
     assert lib.get("Aria").speaker == "Aria" and lib.get(DEFAULT).speaker is None
 
 
+def test_a_name_is_one_name_in_any_case(tmp_path):
+    """Names were compared case-folded only when taken: `rename ss ß` passed (ß folds to ss) and made a voice no
+    name could reach; "maya" did not find "Maya"."""
+    m = model("tiny_model_aria")
+    lib = library(tmp_path, m)
+    lib.add("ss", speech(3.0), 22050, config=m.config)
+    with pytest.raises(VoiceError, match="'ß' is not a voice name"):
+        lib.rename("ss", "ß")
+    lib.add("Maya", speech(3.0, seed=1), 22050, config=m.config)
+    assert lib.get("MAYA").name == "Maya" and lib.get("aria").speaker == "Aria" and lib.get("Default").builtin
+    assert lib.rename("maya", "MAYA").name == "MAYA" and lib.names() == ["Aria", "ss", "MAYA"]  # its case changed
+    with pytest.raises(VoiceError, match="there is already a voice called ss"):
+        lib.rename("maya", "SS")
+    lib.remove("SS")
+    lib.remove("maya")
+    assert lib.names() == ["Aria"] and sorted(p.name for p in lib.folder.iterdir() if p.is_dir()) == []
+
+
+def test_eight_adds_of_one_name_at_once_one_wins(tmp_path):
+    """Eight threads adding raceN / RACEN: FileExistsError with the server's path came back, and both names ended up
+    on disk."""
+    m = model("tiny_model_aria")
+    lib = library(tmp_path, m)
+    start = threading.Barrier(8)
+    outcomes = [None] * 8
+
+    def add(i: int) -> None:
+        start.wait()
+        try:
+            outcomes[i] = lib.add("raceN" if i % 2 else "RACEN", speech(3.0, seed=i), 22050, config=m.config).name
+        except Exception as e:  # noqa: BLE001 (the test looks at what each thread got)
+            outcomes[i] = e
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    won = [o for o in outcomes if isinstance(o, str)]
+    lost = [o for o in outcomes if not isinstance(o, str)]
+    assert len(won) == 1 and len(lost) == 7, outcomes
+    for error in lost:
+        assert type(error) is VoiceError and str(error) == f"there is already a voice called {won[0]}; choose " \
+            "another name" and str(tmp_path) not in str(error)
+    assert [p.name for p in lib.folder.iterdir() if p.is_dir()] == won and lib.names() == ["Aria", won[0]]
+
+
+def test_a_long_upload_name_is_cut_not_an_error(tmp_path):
+    from voicechat.webui.uploads import MAX_NAME_BYTES, upload_name
+
+    assert upload_name("é" * 300 + ".m4a") == "é" * 58 + ".m4a"  # 116 + 4 bytes
+    assert upload_name("x" * 300 + ".wav") == "x" * (MAX_NAME_BYTES - 4) + ".wav"
+    assert upload_name("../../etc/passwd") == "passwd" and upload_name("a\x00b\n.wav") == "ab.wav"
+    assert upload_name("..") == upload_name("") == "recording" and upload_name("x." + "y" * 300) == "x." + "y" * 118
+
+
 def test_checkpoint_voices_put_the_default_first():
     assert checkpoint_voices(model("tiny_model_aria")) == ["Aria"]
     assert checkpoint_voices(model("tiny_model")) == [DEFAULT]  # its voice is a reference WAV
@@ -252,8 +309,12 @@ def test_the_apps_api_key_guards_adding_and_hearing_voices(guarded):  # noqa: F8
 
     url = guarded[0]
     wav = {"file": ("me.wav", SPEAKER_WAV.read_bytes(), "audio/wav")}
-    assert httpx.post(f"{url}live/voice/add", data={"name": "Me"}, files=wav, timeout=30).status_code == 403
-    assert httpx.post(f"{url}live/voice/hear", json={"name": "Aria"}, timeout=30).status_code == 403
+    assert httpx.post(f"{url}live/voice/add", data={"name": "Me"}, files=wav, timeout=30).status_code == 401
+    assert httpx.post(f"{url}live/voice/hear", json={"name": "Aria"}, timeout=30).status_code == 401
     keyed = httpx.post(f"{url}live/voice/add", data={"name": "../me"}, files=wav, timeout=30,
                        headers={"Authorization": "Bearer sesame"})
     assert keyed.status_code == 400 and keyed.json()["detail"].startswith("'../me' is not a voice name")
+    long_name = {"file": ("n" * 300 + ".wav", b"not audio", "audio/wav")}  # was HTTP 500, a traceback
+    keyed = httpx.post(f"{url}live/voice/add", data={"name": "Long"}, files=long_name, timeout=30,
+                       headers={"Authorization": "Bearer sesame"})
+    assert keyed.status_code == 400 and keyed.json()["detail"].startswith(f"{'n' * 116}.wav is not a readable audio")

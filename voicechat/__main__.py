@@ -120,7 +120,7 @@ def load_model(a: argparse.Namespace):
 
 def cmd_generate(a: argparse.Namespace) -> int:
     from .answer import make_answer
-    from .audio import check_recording, read_audio, write_wav
+    from .audio import read_recording, write_wav
     from .terminal import terminal_text
     from .result import conversation_json
 
@@ -131,8 +131,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     gen = generation_config(a)
     checked_seed(a.seed)
     checked_prompt(a.system_prompt)
-    samples, rate = read_audio(recording)  # a bad recording is reported before the model loads
-    check_recording(samples, rate, max_seconds=gen.max_input_seconds, name=recording.name)
+    samples, rate = read_recording(recording, gen.max_input_seconds)  # refused before the model loads
     tools = chosen_tools(a)
     speaker = chosen_voice(a) if a.voice else a.speaker
     t0 = time.perf_counter()

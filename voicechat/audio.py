@@ -8,16 +8,19 @@ resampler; output written as 16-bit PCM. Error messages name the file, never its
 
 from __future__ import annotations
 
+import contextlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from .config import FRAME_SECONDS, MAX_INPUT_SECONDS
 from .errors import AudioInputError
 
+DECODE_BLOCK_FRAMES = 65536  # samples decoded at a time: a bounded read stops within one block of its bound
+UNKNOWN_FRAMES = 2 ** 62  # libsndfile's length when a header gives none (SF_COUNT_MAX)
 ADVISED_SECONDS = 60.0  # the model was trained on conversations of up to about 2 minutes; shorter questions work best
 
 
@@ -36,8 +39,20 @@ def to_float32(samples: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def read_audio(path: Union[str, Path]) -> tuple[np.ndarray, int]:
-    """Decode a file to (mono float32 samples, sample rate)."""
+@dataclass(frozen=True)
+class Decoder:
+    """An opened recording: its rate, its length as its header gives it (None when it gives none), and ``blocks()``,
+    which decodes it from the start in [samples, channels] float32 blocks."""
+
+    rate: int
+    header_seconds: Optional[float]
+    blocks: Callable[[], Iterator[np.ndarray]]
+
+
+def read_audio(path: Union[str, Path], max_seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
+    """Decode a file to (mono float32 samples, sample rate). With ``max_seconds``, a longer recording is refused by
+    its header's length before any sample is decoded, and, where the header gives none or a wrong one, once the
+    decoding passes the bound (docs/limits.md §1: a small file can hold hours of silence)."""
     path = Path(path)
     if path.is_dir():
         raise AudioInputError(f"{path.name} is a folder, not an audio file")
@@ -45,42 +60,101 @@ def read_audio(path: Union[str, Path]) -> tuple[np.ndarray, int]:
         raise AudioInputError(f"{path.name} does not exist")
     if path.stat().st_size == 0:  # else FFmpeg's "Invalid data found when processing input"
         raise AudioInputError(f"{path.name} is empty (0 bytes): the upload or the recording did not get through")
-    decoded = read_with_soundfile(path)
-    data, rate = decoded if decoded is not None else read_with_pyav(path)
-    return to_float32(data), rate
+    decoder = soundfile_decoder(path) or pyav_decoder(path)
+    if max_seconds is None:
+        return mono(decoder.blocks()), decoder.rate
+    if decoder.header_seconds is not None and decoder.header_seconds > max_seconds:
+        raise too_long(path.name, decoder.header_seconds, max_seconds)
+    return mono(bounded(decoder.blocks(), max_seconds * decoder.rate, path.name, max_seconds)), decoder.rate
 
 
-def read_with_soundfile(path: Path) -> Optional[tuple[np.ndarray, int]]:
-    """[samples, channels] float32 and the rate, or None when libsndfile cannot read the file (PyAV may)."""
+def read_recording(path: Union[str, Path], max_seconds: float = MAX_INPUT_SECONDS,
+                   min_seconds: float = FRAME_SECONDS) -> tuple[np.ndarray, int]:
+    """A recording the model can take: decoded within ``max_seconds`` (:func:`read_audio`) and checked
+    (:func:`check_recording`) -> (mono float32 samples, rate)."""
+    x, rate = read_audio(path, max_seconds)
+    check_recording(x, rate, min_seconds, max_seconds, Path(path).name)
+    return x, rate
+
+
+def bounded(blocks: Iterator[np.ndarray], max_samples: float, name: str, max_seconds: float) -> Iterator[np.ndarray]:
+    """``blocks`` until they pass ``max_samples`` in all; then the recording is refused."""
+    counted = 0
+    for block in blocks:
+        counted += len(block)
+        if counted > max_samples:
+            raise AudioInputError(f"{name} is longer than {max_seconds:.0f} s, the limit")
+        yield block
+
+
+def too_long(name: str, seconds: float, max_seconds: float) -> AudioInputError:
+    return AudioInputError(f"{name} is {seconds:.1f} s long; the limit is {max_seconds:.0f} s")
+
+
+def mono(blocks: Iterator[np.ndarray]) -> np.ndarray:
+    """[samples, channels] blocks as one mono float32 array, each block mixed down as it comes."""
+    kept = [to_float32(block) for block in blocks]
+    return np.concatenate(kept) if kept else np.zeros(0, np.float32)
+
+
+def soundfile_decoder(path: Path) -> Optional[Decoder]:
+    """libsndfile's decoder, or None when it cannot open the file (PyAV may)."""
     import soundfile as sf
 
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        with sf.SoundFile(str(path)) as f:
+            rate, frames = int(f.samplerate), f.frames
     except RuntimeError:  # soundfile's LibsndfileError: a format it does not know, or a broken file
         return None
-    return data, int(rate)
+    if not 0 <= frames < UNKNOWN_FRAMES:  # a FLAC stream that does not say its length: libsndfile cannot read it
+        return None
+
+    def blocks() -> Iterator[np.ndarray]:
+        try:
+            with sf.SoundFile(str(path)) as f:
+                yield from f.blocks(DECODE_BLOCK_FRAMES, dtype="float32", always_2d=True)
+        except RuntimeError as e:
+            raise AudioInputError(f"{path.name} is not a readable audio file ({e})") from None
+
+    return Decoder(rate, frames / rate if rate > 0 else None, blocks)
 
 
-def read_with_pyav(path: Path) -> tuple[np.ndarray, int]:
-    """The first audio stream through FFmpeg: [samples, channels] float32 and the rate."""
+def pyav_decoder(path: Path) -> Decoder:
+    """The first audio stream through FFmpeg, resampled to planar float32 at its own rate and channels (resampling
+    and mixing stay ours: soxr, mean)."""
     import av
 
-    try:
+    with pyav_errors(path):
         with av.open(str(path), metadata_errors="ignore") as container:
             if not container.streams.audio:
                 raise AudioInputError(f"{path.name} has no audio track")
-            # planar float32 at the stream's own rate and channels: resampling and mixing stay ours (soxr, mean)
+            stream = container.streams.audio[0]
+            rate = stream.codec_context.sample_rate
+            if stream.duration:
+                seconds = float(stream.duration * stream.time_base)
+            else:
+                seconds = container.duration / av.time_base if container.duration else None
+
+    def blocks() -> Iterator[np.ndarray]:
+        with pyav_errors(path), av.open(str(path), metadata_errors="ignore") as container:
             resampler = av.AudioResampler(format="fltp")
-            planes = [frame.to_ndarray() for packet_frame in container.decode(container.streams.audio[0])
-                      for frame in resampler.resample(packet_frame)]
-            planes += [frame.to_ndarray() for frame in resampler.resample(None)]
-            rate = container.streams.audio[0].codec_context.sample_rate
+            for frame in container.decode(container.streams.audio[0]):
+                yield from (out.to_ndarray().T for out in resampler.resample(frame))
+            yield from (out.to_ndarray().T for out in resampler.resample(None))
+
+    return Decoder(int(rate), seconds, blocks)
+
+
+@contextlib.contextmanager
+def pyav_errors(path: Path):
+    """FFmpeg's errors as one line naming the file."""
+    import av
+
+    try:
+        yield
     except (av.FFmpegError, ValueError) as e:  # ValueError: a stream whose format changes midway
         reason = getattr(e, "strerror", None) or type(e).__name__
         raise AudioInputError(f"{path.name} is not a readable audio file ({reason})") from None
-    if not planes:
-        return np.zeros((0, 1), np.float32), int(rate)
-    return np.concatenate(planes, axis=1).T, int(rate)
 
 
 def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
@@ -104,7 +178,7 @@ def check_recording(x: np.ndarray, sample_rate: int, min_seconds: float = FRAME_
         raise AudioInputError(f"{name} contains NaN or infinite samples")
     seconds = x.size / sample_rate
     if seconds > max_seconds:
-        raise AudioInputError(f"{name} is {seconds:.1f} s long; the limit is {max_seconds:.0f} s")
+        raise too_long(name, seconds, max_seconds)
     if seconds < min_seconds:
         raise AudioInputError(f"{name} is too short ({1000 * seconds:.0f} ms, shorter than one "
                               f"{1000 * min_seconds:.0f} ms frame); record at least a word")
@@ -117,7 +191,7 @@ def prepare_input(audio: Union[np.ndarray, str, Path], sample_rate: int | None, 
     file path (rate read from the file)."""
     name = "the recording"
     if isinstance(audio, (str, Path)):
-        x, sample_rate = read_audio(audio)
+        x, sample_rate = read_audio(audio, max_seconds)
         name = Path(audio).name
     else:
         if sample_rate is None:
@@ -146,9 +220,9 @@ def check_upload(path: Union[str, Path], realtime_factor: Optional[float] = None
     :class:`AudioInputError` (one line) when it cannot be used; otherwise says its length, and warns with the
     expected wait (``seconds x realtime_factor``, the caller's measured or expected RTF) when it is longer than
     ``advised_seconds``."""
-    x, rate = read_audio(path)
+    x, rate = read_recording(path, max_seconds)
     name = Path(path).name
-    seconds = check_recording(x, rate, FRAME_SECONDS, max_seconds, name)
+    seconds = len(x) / rate
     if seconds <= advised_seconds:
         return UploadCheck(seconds, rate, f"{name}: {duration_words(seconds)}.", False)
     message = f"{name} is {duration_words(seconds)} long; recordings under {duration_words(advised_seconds)} work best."

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .audio import check_recording, duration_words, read_audio, resample, wav_bytes
+from .audio import duration_words, read_recording, resample, wav_bytes
 from .config import FRAME_SECONDS, GenerationConfig
 from .errors import TestSetError, VoiceChatError
 from .files import TEMPORARY, write_atomically
@@ -330,9 +330,7 @@ def item_generation(item: Item, settings: RunSettings) -> GenerationConfig:
 
 def read_item(item: Item, gen: GenerationConfig) -> tuple[np.ndarray, int]:
     """The item's samples and rate, checked as generate checks them (AudioInputError, one line)."""
-    samples, rate = read_audio(item.audio)
-    check_recording(samples, rate, max_seconds=gen.max_input_seconds, name=item.audio.name)
-    return samples, rate
+    return read_recording(item.audio, gen.max_input_seconds)
 
 
 def answer_files(model, item: Item, settings: RunSettings, samples: np.ndarray, rate: int, gen: GenerationConfig,
@@ -455,7 +453,7 @@ def run_batch(model, items: Sequence[Item], out: Path, settings: RunSettings, se
         outcomes[outcome.id] = outcome
         if outcome.status == "failed":
             say = progress.say if progress is not None else lambda line: print(line, file=sys.stderr)
-            say(f"{outcome.id}: failed: {outcome.reason}")
+            say(f"{one_line(outcome.id)}: failed: {outcome.reason}")
         if progress is not None:
             progress.item_finished(outcome, running)
         write_summary(out, [outcomes[item.id] for item in items if item.id in outcomes], time.perf_counter() - t0)
@@ -500,7 +498,13 @@ def answered(model, run: Running, settings: RunSettings) -> Outcome:
 
 
 def failed(item: Item, e: Exception) -> Outcome:
-    return Outcome(item.id, "failed", reason=str(e).splitlines()[0] if str(e) else type(e).__name__)
+    return Outcome(item.id, "failed", reason=one_line(str(e) or type(e).__name__))
+
+
+def one_line(text: str) -> str:
+    """``text`` whole on one line: a line break or other control character (a file's name may hold one) written as
+    its escape, ``\\n``."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def totals(outcomes: Sequence[Outcome], wall_seconds: float) -> dict:
@@ -524,7 +528,7 @@ def summary_text(outcomes: Sequence[Outcome], wall_seconds: float, out: Path) ->
     """What the command prints at the end."""
     t = totals(outcomes, wall_seconds)
     lines = [f"{t['items']} items: {t['done']} answered, {t['skipped']} already complete, {t['failed']} failed"]
-    lines += [f"  failed {o.id}: {o.reason}" for o in outcomes if o.status == "failed"]
+    lines += [f"  failed {one_line(o.id)}: {o.reason}" for o in outcomes if o.status == "failed"]
     if t["done"]:
         lines.append(f"{t['timeline_seconds_per_wall_second']:.3g} timeline seconds per wall second, "
                      f"{t['items_per_minute']:.3g} items per minute")

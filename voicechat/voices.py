@@ -16,6 +16,8 @@ checkpoint's voice costs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import re
 import shutil
@@ -27,8 +29,9 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from .audio import check_recording, read_audio, resample, to_float32
-from .config import GenerationConfig
+from .config import MAX_INPUT_SECONDS, GenerationConfig
 from .errors import AudioInputError, VoiceChatError
+from .files import write_atomically
 from .timeline.recording import answer, open_recording
 from .tts.eartts import prompt_samples
 
@@ -36,6 +39,7 @@ LIBRARY_FOLDER = "voices"  # the library's folder inside the app's outputs (and 
 DEFAULT = "default"  # the checkpoint's voice, by whatever name it has (or none)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _-]{0,31}")  # also a safe folder name: no path can pass for one
 PROMPT_FILE, INFO_FILE = "prompt.wav", "voice.json"
+LOCK_FILE = ".changing"  # held while the library changes (VoiceLibrary._changing)
 WINDOW_SECONDS = 0.02  # the level is measured per 20 ms
 SILENCE_DBFS = -45.0  # a window quieter than this (RMS, dB of full scale) is silence
 KEEP_SILENCE_SECONDS = 0.2  # silence kept before the first and after the last sound: only long silences go
@@ -161,22 +165,32 @@ class VoiceLibrary:
         return [v.name for v in self.voices()]
 
     def get(self, name: str) -> Voice:
-        """The voice called ``name`` (``default``: the checkpoint's default); unknown names raise, listing the
-        library's."""
-        if name == DEFAULT or name in self.speakers:
-            return Voice(name)
-        found = self.folder is not None and isinstance(name, str) and NAME.fullmatch(name)
-        voice = self._read(self.folder / name) if found else None
-        if voice is None or voice.name != name:
+        """The voice called ``name`` in any case (``default``: the checkpoint's default); unknown names raise,
+        listing the library's."""
+        listed = self.find(name)
+        if listed is None:
             raise VoiceError(f"no voice called {name!r}; the voices are: {', '.join(self.names())}")
+        voice = listed if listed.builtin else self._read(self.folder / listed.name)
+        if voice is None:  # removed since it was listed
+            raise VoiceError(f"the voice {listed.name} was removed just now")
         return voice
+
+    def find(self, name: str) -> Optional[Voice]:
+        """The voice whose name is ``name`` in any case (macOS's folders do not tell "maya" from "Maya"), as listed
+        (no prompt); None when there is none."""
+        if not isinstance(name, str):
+            return None
+        return next((v for v in [Voice(DEFAULT), *self.voices()] if v.name.casefold() == name.casefold()), None)
 
     def _read(self, folder: Path, prompt: bool = True) -> Optional[Voice]:
         """The voice stored in ``folder`` (with its prompt, or its description only), or None when it holds none."""
         info, wav = folder / INFO_FILE, folder / PROMPT_FILE
-        if not (info.is_file() and wav.is_file()):
+        if not wav.is_file():
             return None
-        meta = json.loads(info.read_text())
+        try:
+            meta = json.loads(info.read_text())
+        except (FileNotFoundError, NotADirectoryError):  # not written yet, or removed while it was read
+            return None
         voice = Voice(meta["name"], meta["created"], meta["source"], meta["seconds"], sample_rate=meta["sample_rate"])
         return replace(voice, prompt=read_audio(wav)[0]) if prompt else voice
 
@@ -185,9 +199,9 @@ class VoiceLibrary:
             config, source: Optional[str] = None) -> Voice:
         """Make a voice of a recording (a file any format ``generate`` reads, or samples with their rate) for a
         checkpoint's ``config``: checked, trimmed and resampled by :func:`audio_prompt`, stored as ``name``."""
-        self._check_free(name)
+        self._check_free(name)  # at once, before the recording is decoded; again when the name is taken
         if isinstance(audio, (str, Path)):
-            samples, sample_rate = read_audio(audio)
+            samples, sample_rate = read_audio(audio, MAX_INPUT_SECONDS)
             source = source or Path(audio).name
         elif sample_rate is None:
             raise AudioInputError("sample_rate is required when the recording is given as samples")
@@ -197,21 +211,35 @@ class VoiceLibrary:
         created = datetime.now().astimezone().isoformat(timespec="microseconds")  # orders voices added in a second
         rate = config.codec.sample_rate
         voice = Voice(name, created, source or "recording", round(len(prompt) / rate, 3), prompt, rate)
-        self._write(voice)
+        with self._changing():
+            self._check_free(name)
+            self._write(voice)
         return voice
 
     def rename(self, name: str, new_name: str) -> Voice:
-        voice = self._added(name)
-        if new_name.casefold() != name.casefold():
-            self._check_free(new_name)
-        renamed = replace(voice, name=new_name)
-        (self.folder / name).rename(self.folder / new_name)
-        self._write_info(renamed)
+        """``name`` (in any case) called ``new_name`` from now on; a change of case only is a rename too."""
+        with self._changing():
+            voice = self._added(name)
+            self._check_free(new_name, voice.name)
+            renamed = replace(voice, name=new_name)
+            (self.folder / voice.name).rename(self.folder / new_name)
+            self._write_info(renamed)
         return renamed
 
     def remove(self, name: str) -> None:
-        self._added(name)
-        shutil.rmtree(self.folder / name)
+        with self._changing():
+            shutil.rmtree(self.folder / self._added(name).name)
+
+    @contextlib.contextmanager
+    def _changing(self):
+        """One change of the library at a time, across threads and processes: a name is checked and taken at once
+        (docs/voices.md: eight adds of one name at once, one wins)."""
+        if self.folder is None:
+            raise VoiceError("this library has the checkpoint's voices only: give it a folder to add voices")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            yield
 
     def _added(self, name: str) -> Voice:
         voice = self.get(name)
@@ -219,20 +247,22 @@ class VoiceLibrary:
             raise VoiceError(f"{name} is the checkpoint's voice; only voices you added can be renamed or removed")
         return voice
 
-    def _check_free(self, name: str) -> None:
-        """A new name: a few letters, digits, spaces, - or _, and no voice's already (in any case: macOS's folders
-        do not tell "maya" from "Maya")."""
+    def _check_free(self, name: str, renamed: Optional[str] = None) -> None:
+        """A new name: a few letters, digits, spaces, - or _, and no voice's already in any case (but ``renamed``'s,
+        the voice that takes it)."""
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise VoiceError(f"{name!r} is not a voice name: use up to 32 letters, digits, spaces, - or _, starting "
                              "with a letter or digit")
-        taken = [n for n in (DEFAULT, *self.names()) if n.casefold() == name.casefold()]
-        if taken or (self.folder / name).exists():
-            raise VoiceError(f"there is already a voice called {taken[0] if taken else name}; choose another name")
+        taken = self.find(name)
+        if taken is not None and taken.name != renamed:
+            raise VoiceError(f"there is already a voice called {taken.name}; choose another name")
 
     def _write(self, voice: Voice) -> None:
         import soundfile as sf
 
         folder = self.folder / voice.name
+        if folder.exists():  # no voice's (checked while the library is held): what an add that died left
+            shutil.rmtree(folder)
         folder.mkdir(parents=True)
         sf.write(str(folder / PROMPT_FILE), voice.prompt, voice.sample_rate, subtype="FLOAT")  # exact: float32
         self._write_info(voice)
@@ -240,7 +270,9 @@ class VoiceLibrary:
     def _write_info(self, voice: Voice) -> None:
         info = {"name": voice.name, "created": voice.created, "source": voice.source, "seconds": voice.seconds,
                 "sample_rate": voice.sample_rate}
-        (self.folder / voice.name / INFO_FILE).write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n")
+        # written last and whole: a folder without it is no voice yet (VoiceLibrary._read)
+        write_atomically(self.folder / voice.name / INFO_FILE,
+                         (json.dumps(info, indent=1, ensure_ascii=False) + "\n").encode())
 
 
 def model_library(folder: Union[str, Path, None], model) -> VoiceLibrary:

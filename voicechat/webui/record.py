@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import engine as eng
 from ..answer import Answer, realtime_factor
-from ..audio import check_recording, check_upload, duration_words, read_audio, write_wav
+from ..audio import check_upload, duration_words, read_recording, write_wav
 from ..config import NVIDIA_SAMPLING, OUTPUT_SAMPLE_RATE, GenerationConfig
 from ..errors import AudioInputError
 from ..limits import SettingError, checked_prompt, checked_seed
@@ -411,8 +411,7 @@ class RecordAndRun:
                                                  "Record with the microphone or drop an audio file first."))
             return
         try:
-            samples, rate = read_audio(audio_path)
-            check_recording(samples, rate, name=Path(audio_path).name)
+            samples, rate = read_recording(audio_path)
         except AudioInputError as e:
             yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
             return

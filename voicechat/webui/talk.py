@@ -53,6 +53,7 @@ from voicechat.tools.runner import ToolRunner
 from voicechat.voices import PREVIEW_SENTENCE
 
 from . import stream
+from .uploads import upload_name
 from .voices import VoiceActions
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -284,7 +285,7 @@ class TalkLive:
         router.mount(STATIC_URL, StaticFiles(directory=STATIC), name="webui")
         return [*router.routes, *stream.ANSWERS.routes()]  # and the record-and-run answers' streams
 
-    def status(self) -> dict:
+    def status(self, request: Request) -> dict:
         model = self.engine.status()
         if model.state == eng.READY and self.speed.speed.state == "unmeasured" and not self.realtime.active:
             self.speed.start()
@@ -293,13 +294,13 @@ class TalkLive:
         return {"model": {"state": model.state, "message": model.message}, "demo": self.demo_mode,
                 "speed": self.speed.speed.json(), "lag_limit_ms": round(1000 * self.lag_limit_s), "frame_ms": FRAME_MS,
                 "busy": {"busy": busy, "seconds": since, "text": busy_text(since) if busy else ""},
-                "key_required": bool(self.realtime.api_key),
+                "key_required": not self.realtime.authorized(request),  # the tab asks for it (docs/limits.md §3)
                 "tools": [{"type": "function", **tool.declaration()} for tool in self.tools.values()],
                 "voices": [{"name": v.name, "label": v.describe()} for v in self.voices.library().voices()]}
 
-    def measure(self) -> dict:
+    def measure(self, request: Request) -> dict:
         self.speed.start()
-        return self.status()
+        return self.status(request)
 
     async def run_tool(self, request: Request, name: str = Body(), arguments: str = Body()) -> dict:
         """One call of a built-in tool, as the model wrote it (``arguments``: its JSON text) -> ``{"output": the JSON
@@ -386,7 +387,7 @@ class TalkLive:
     def store_voice(self, name: str, filename: str, data: bytes):
         """The upload as a file of its own name's kind (the decoders look at its suffix too), made a voice."""
         with tempfile.TemporaryDirectory(dir=self.outputs) as folder:
-            recording = Path(folder) / Path(filename).name
+            recording = Path(folder) / upload_name(filename)
             recording.write_bytes(data)
             return self.voices.add(name, recording, recording.name)
 

@@ -18,6 +18,18 @@ FILE_ROUTE = "/file="  # Gradio's file route (/gradio_api/file=PATH)
 UPLOAD_ROUTE = "/upload"  # Gradio's upload route (/gradio_api/upload)
 UPLOADS_CAP_BYTES = 1024 ** 3  # 1 GiB: five of the largest uploads the app takes (200 MB, app.launch)
 GUARD_HEADERS = {b"content-disposition", b"x-content-type-options", b"content-security-policy"}
+MAX_NAME_BYTES = 120  # an upload's name kept, in UTF-8 (a file system takes 255: docs/limits.md §3)
+MAX_SUFFIX_BYTES = 16  # its suffix kept (the decoders look at it); a longer one is no suffix
+
+
+def upload_name(filename: str, fallback: str = "recording") -> str:
+    """An uploaded file's name as a file here may carry it: its last part, printable characters only, cut to
+    ``MAX_NAME_BYTES`` with its suffix kept; ``fallback`` (with the suffix) when nothing is left."""
+    name = "".join(c for c in Path(filename or "").name if c.isprintable())
+    suffix = Path(name).suffix if len(Path(name).suffix.encode()) <= MAX_SUFFIX_BYTES else ""
+    stem = name[:len(name) - len(suffix)].encode()[:MAX_NAME_BYTES - len(suffix.encode())]
+    stem = stem.decode(errors="ignore")  # a character cut in two goes
+    return (stem if stem.strip(". ") else fallback) + suffix
 
 
 def served_safely(headers: list) -> list:
