@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import socket
-import tempfile
 import threading
 import time
 
@@ -33,7 +32,7 @@ PCM16_BASE64_PER_SECOND = realtime.RATE * 2 * 4 / 3  # what a second of 24 kHz P
 def serving():
     """The demo model's Realtime server on a free loopback port, on a thread: (its engine, the server, its thread,
     its base URL)."""
-    engine = eng.Engine(eng.demo_model(tempfile.mkdtemp(prefix="voicechat-demo-")), name="voicechat-demo").start()
+    engine = eng.Engine(eng.demo_model(), name="voicechat-demo").start()
     while engine.status().state != eng.READY:
         time.sleep(0.05)
     sock = socket.socket()
