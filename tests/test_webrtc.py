@@ -16,11 +16,19 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError
 
+from netns import DUMMY, LOOPBACK, inside_only, run_inside
 from test_realtime import (MODEL, PROMPT, TIMEOUT, WORDS, Scripted, Server, run, serve_here,  # noqa: F401 (fixture)
                            tiny_model)
 
 RECORDING = Path(__file__).parent.parent / "assets" / "capital_16k_mono.wav"
 KEY = "sesame"
+OUTER = "test_calls_inside_a_namespace_of_their_own"
+inside = inside_only(OUTER)  # ICE offers the machine's own address, never loopback: tests/netns.py
+
+
+@pytest.mark.slow
+def test_calls_inside_a_namespace_of_their_own():
+    run_inside(__file__, OUTER, f"{LOOPBACK} && {DUMMY}", timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +99,7 @@ class Call:
 SESSION = {"type": "realtime", "instructions": PROMPT}
 
 
+@inside
 def test_aiortc_call_gets_events_on_the_channel_and_the_answer_on_the_track(turn_server):
     async def scenario():
         call = Call()
@@ -122,6 +131,7 @@ def test_aiortc_call_gets_events_on_the_channel_and_the_answer_on_the_track(turn
     assert np.abs(samples.astype(np.int32)).max() > 1000  # ... and carried the model's (noisy) answer, not silence
 
 
+@inside
 def test_call_needs_the_api_key_and_a_usable_offer(server):
     async def scenario():
         call = Call()
@@ -157,6 +167,7 @@ def test_call_needs_the_api_key_and_a_usable_offer(server):
     server.wait_idle()  # none of them took the model
 
 
+@inside
 def test_a_call_over_the_limit_is_refused_and_a_call_that_ended_frees_its_slot(server):
     async def scenario():
         first = Call()
@@ -191,6 +202,7 @@ DOCS = (Path(__file__).parent.parent / "docs" / "realtime.md").read_text()
 SNIPPET = next(block for block in re.findall(r"```python\n(.*?)```", DOCS, re.S) if "/v1/realtime/calls" in block)
 
 
+@inside
 def test_docs_aiortc_snippet_runs_as_written(turn_server, tmp_path):
     """docs/realtime.md's Python client, as a reader copies it: the events arrive and the answer is saved."""
     import shutil
@@ -210,6 +222,7 @@ def test_docs_aiortc_snippet_runs_as_written(turn_server, tmp_path):
     assert len(answer) > rate and np.abs(answer.astype(np.int32)).max() > 1000  # seconds of it, the model's voice
 
 
+@inside
 def test_an_answered_call_that_never_connects_frees_its_slot(server):
     """A client that posts its offer and goes away: the call ends once its channel has not opened in time."""
     from voicechat.realtime.webrtc import CONNECT_SECONDS

@@ -8,7 +8,10 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: F401  (skips without c
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from test_realtime import PROMPT, WORDS, tiny_model  # noqa: E402, F401 (a fixture)
+from netns import DUMMY, LOOPBACK, inside_only, run_inside  # noqa: E402
 from test_webrtc import RECORDING, turn_server  # noqa: E402, F401 (a fixture)
+
+OUTER = "test_the_browser_calls_inside_a_namespace_of_its_own"
 
 CALL = """async ({url, instructions}) => {
   const pc = new RTCPeerConnection();
@@ -38,6 +41,11 @@ CALL = """async ({url, instructions}) => {
 }"""
 
 
+def test_the_browser_calls_inside_a_namespace_of_its_own():
+    run_inside(__file__, OUTER, f"{LOOPBACK} && {DUMMY}", timeout=600)
+
+
+@inside_only(OUTER)  # ICE offers the machine's own address, never loopback: tests/netns.py
 def test_chromium_calls_with_the_browser_api_and_hears_the_answer(turn_server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
