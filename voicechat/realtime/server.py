@@ -17,9 +17,11 @@ from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
 from ..limits import DEFAULT_AHEAD_SECONDS, DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
-from .connection import CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES, Connection
+from .connection import (CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES,
+                         Connection, asked)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
 from .sockets import connection_cap, guarded_http
+from .webrtc import CALLS_PATH, Calls, http_error
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
@@ -109,15 +111,15 @@ class RealtimeServer:
             router.add_websocket_route(path, self.serve)
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
         router.add_api_route(MODELS_PATH, self.models, methods=["GET"])
+        router.add_api_route(CALLS_PATH, Calls(self).create, methods=["POST"])  # WebRTC (docs/realtime.md)
         return router
 
     def models(self, request: Request) -> JSONResponse:
         """OpenAI's model list (``client.models.list()``): the one model this server runs, under the same API key
         as the WebSocket."""
         if not self.authorized(request):
-            return JSONResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key", "param": None,
-                                           "message": "no valid API key: send Authorization: Bearer KEY"}},
-                                status_code=401)
+            return http_error(ClientEventError("invalid_api_key", "no valid API key: send Authorization: Bearer KEY"),
+                              401)
         return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
                                                          "owned_by": "voicechat"}]})
 
@@ -141,6 +143,20 @@ class RealtimeServer:
                     if p.startswith(INSECURE_KEY_PROTOCOL)]
         return any(hmac.compare_digest(key.encode(), self.api_key.encode()) for key in offered)
 
+    async def admit(self, name: str) -> Optional[ClientEventError]:
+        """Take a conversation slot for ``name`` (a WebSocket or a WebRTC call), or say why not (server_busy)."""
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
+        if len(self.active) >= self.engine.max_sessions:
+            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
+                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
+            return ClientEventError("server_busy", f"{len(self.active)} conversation"
+                                    f"{'s are' if len(self.active) > 1 else ' is'} running on this model, its maximum; "
+                                    "try again later", kind="server_error")
+        self.active.append(name)
+        log.info("%s: open", name)
+        return None
+
     async def serve(self, websocket) -> None:
         self.count += 1
         name = f"connection {self.count} from {websocket.client.host if websocket.client else '?'}"
@@ -150,28 +166,16 @@ class RealtimeServer:
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
-        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
-            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
-        if len(self.active) >= self.engine.max_sessions:
-            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
-                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
-            await websocket.send_text(event_text(error_event(ClientEventError(
-                "server_busy", f"{len(self.active)} conversation{'s are' if len(self.active) > 1 else ' is'} running "
-                "on this model, its maximum; try again later", kind="server_error"))))
+        busy = await self.admit(name)
+        if busy is not None:
+            await websocket.send_text(event_text(error_event(busy)))
             await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
             return
-        self.active.append(name)
-        log.info("%s: open", name)
         try:
             await Connection(self, websocket, name, frames_event=asked(websocket, "voicechat_frames"),
                              extension_events=asked(websocket, "voicechat_events")).run()
         finally:
             self.release(name)
-
-
-def asked(websocket, option: str) -> bool:
-    """An opt-in of the URL's query (``?voicechat_frames=1``)."""
-    return websocket.query_params.get(option, "").lower() in ("1", "true", "yes")
 
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
