@@ -84,6 +84,7 @@ def test_voicechat_bench_sessions_on_the_demo_model_past_32_rows_reports_the_sta
     (["bench.perception_rows", TINY, "--sessions", "1,3", "--ticks", 3], "rows nodes"),
     (["bench.state", "--dims", "full", "--minutes", "1,2", "--free-gb", 100], "admitted in 100 GB free"),
     (["bench.joins", TINY, "--running", 1, "--prompts", "1,40", "--rounds", 1], "join p50"),
+    (["bench.webrtc_wire", "--seconds", 2], "Opus RTP payload"),
     (["bench.side_by_side", "--worker", "--ckpt", TINY, "--frames", 4, "--runs", 1], '"engine": "voicechat"'),
 ], ids=lambda v: v if isinstance(v, str) and v.startswith("bench.") else None)
 def test_lab_benchmark_runs_on_the_tiny_model(args, says):

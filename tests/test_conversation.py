@@ -166,6 +166,7 @@ def test_the_timeline_limit_is_a_clear_error_before_it_is_crossed(monkeypatch):
     s = m.session(PROMPT, config=GenerationConfig(reference=True))
     limit = s.prompt_frames + 10
     monkeypatch.setattr(session_module, "TIMELINE_LIMIT", limit)
+    monkeypatch.setattr(s.group, "max_positions", limit)  # its group's bound, read from the limit when it was made
     frame = np.zeros(1280, np.float32)
     done = [f for _ in range(9) for f in s.feed(frame, 16000)]
     assert s.position == limit - 1

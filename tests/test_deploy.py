@@ -29,18 +29,16 @@ pytest.importorskip("ray.serve", reason="the deployment tests need `pip install 
 openai = pytest.importorskip("openai", reason="the Realtime tests need `pip install openai[realtime]`")
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
+from netns import inside_only as namespace_only, run_inside  # noqa: E402
 from test_realtime import CHUNK, MODEL, TIMEOUT, WAV, close, pcm16_24k, receive, receive_until  # noqa: E402
 from test_operations import DRAIN, stop_while_talking  # noqa: E402
 from voicechat import deploy, realtime  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
-INSIDE = os.environ.get("VOICECHAT_TEST_NAMESPACE") == "1"  # set for the run inside the namespaces
-inside_only = pytest.mark.skipif(not INSIDE, reason="runs inside a loopback-only namespace, started by "
-                                                    "test_the_cluster_tests_pass_inside_a_loopback_only_namespace")
+inside_only = namespace_only("test_the_cluster_tests_pass_inside_a_loopback_only_namespace")
 RAY_PORT, HTTP_PORT = 6390, 8000  # the namespace is empty: any port is free there
 SESSIONS = 2  # conversations per replica
 PROMPTS = ("Be brief.", "Answer in one word.", "You are a pirate.", "Speak slowly.")
-NAMESPACES = ["unshare", "--net", "--pid", "--fork", "--mount-proc"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -68,23 +66,11 @@ def ray_token() -> dict:
 
 @pytest.mark.slow
 def test_the_cluster_tests_pass_inside_a_loopback_only_namespace(tmp_path):
-    if INSIDE:
-        pytest.skip("this is the run inside the namespace")
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("the cluster tests need unshare (util-linux) and ip (iproute2) for a loopback-only namespace")
-    probe = subprocess.run([*NAMESPACES, "ip", "link", "set", "lo", "up"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot make a loopback-only network namespace (needs root): {probe.stderr.strip()}")
     temp = Path(f"/tmp/vc-ray-{os.getpid()}")  # short: Ray's socket paths must fit in 107 bytes
-    script = (f'ip link set lo up && exec "$0" -m pytest -x -q -p no:cacheprovider -rs '
-              f'{Path(__file__).relative_to(ROOT)} -k "not test_the_cluster" --durations=6')
-    run = subprocess.run([*NAMESPACES, "sh", "-c", script, sys.executable], cwd=ROOT, capture_output=True,
-                         text=True, timeout=1200, env={**os.environ, "VOICECHAT_TEST_NAMESPACE": "1",
-                                                       "VOICECHAT_TEST_RAY_TEMP": str(temp), **ray_token()})
-    print(run.stdout[-6000:], run.stderr[-3000:])
-    shutil.rmtree(temp, ignore_errors=True)
-    assert run.returncode == 0, f"the cluster tests failed inside the namespace:\n{run.stdout}\n{run.stderr}"
-    assert re.search(r"\b[1-9]\d* passed", run.stdout) and " skipped" not in run.stdout.splitlines()[-1]
+    try:
+        run_inside(__file__, "test_the_cluster", env={"VOICECHAT_TEST_RAY_TEMP": str(temp), **ray_token()})
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert ray_processes(str(temp)) == []  # nothing the cluster started outlives it
 
 

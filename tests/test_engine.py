@@ -110,7 +110,7 @@ class ScriptedModel:
             out[f * hop:end] += burst[: end - f * hop]
         return out
 
-    def sessions(self, max_sessions):
+    def sessions(self, max_sessions, max_minutes=None):
         """The engine's group: this stand-in's recordings run a frame at each ``advance`` (it has no live
         conversations), so its ticks have nothing to do; its memory always has room (``check_room``)."""
         return SimpleNamespace(step=dict, check_room=lambda: (0, 1))

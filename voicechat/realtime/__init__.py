@@ -28,9 +28,10 @@ All MLX work stays on the engine thread: these handlers pass numpy arrays to it 
 ``RealtimeServer(engine).router()`` mounts the route in any FastAPI app (``serve`` here, app.py beside Gradio).
 
 The parts: ``protocol`` (client events parsed and checked, the session's configuration), ``g711`` (the telephone
-codecs), ``conversation`` (one conversation's items and responses), ``connection`` (one WebSocket), ``server`` (the
-routes, the app, ``serve``), ``bounds`` (what a client may send, checked before it costs anything) and ``sockets``
-(``serve``'s request deadline and connection cap): docs/limits.md §2.
+codecs), ``conversation`` (one conversation's items and responses), ``connection`` (one WebSocket, or a call's
+events channel), ``webrtc`` (``POST /v1/realtime/calls``: a call's Opus tracks and its ``oai-events`` channel),
+``server`` (the routes, the app, ``serve``), ``bounds`` (what a client may send, checked before it costs anything)
+and ``sockets`` (``serve``'s request deadline and connection cap): docs/limits.md §2.
 """
 
 from .connection import CLOSE_TRY_AGAIN_LATER, MAX_MESSAGE_BYTES

@@ -1,5 +1,6 @@
-"""One WebSocket connection: reads client events, feeds audio to the engine's live session, sends what its
-conversation maps the frames to, and closes idle, unread or vanished clients."""
+"""One connection (a WebSocket, or a WebRTC call's ``oai-events`` channel, voicechat/realtime/webrtc.py): reads
+client events, feeds audio to the engine's live session, sends what its conversation maps the frames to, and closes
+idle, unread or vanished clients."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 import logging
 import threading
 import traceback
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
+
+import numpy as np
 
 from starlette.websockets import WebSocketDisconnect
 
@@ -51,8 +54,12 @@ class Connection:
     live session's events (fed by a thread that waits on the engine). ``server``: the RealtimeServer that accepted it
     (this module stays below server.py, which imports it)."""
 
-    def __init__(self, server, websocket, name: str, frames_event: bool, extension_events: bool = False):
+    def __init__(self, server, websocket, name: str, frames_event: bool, extension_events: bool = False,
+                 audio_out: Optional[Callable[[np.ndarray], None]] = None):
         self.server, self.ws, self.name = server, websocket, name
+        # a WebRTC call's outgoing track (voicechat/realtime/webrtc.py): the answer's 22.05 kHz audio goes there,
+        # not into response.output_audio.delta events (docs/realtime.md "WebRTC")
+        self.audio_out = audio_out
         self.config, self.configured = SessionConfig(), False
         self.conversation = RealtimeConversation(frames_event, extension_events)
         self.session_id = new_id("sess")
@@ -121,6 +128,8 @@ class Connection:
     def emit(self, event: dict, seconds: float = 0.0) -> None:
         """Queue an event carrying ``seconds`` of the answer's audio; a client that lets more than MAX_BEHIND_SECONDS
         of it wait is dropped."""
+        if self.audio_out is not None and event["type"] == "response.output_audio.delta":
+            return
         self.outbox.put_nowait((event_text(event), seconds))
         self.unsent += seconds
         if self.unsent > MAX_BEHIND_SECONDS and not self.dropped.is_set():
@@ -227,10 +236,14 @@ class Connection:
         self.emit({"type": "session.updated", "session": self.session()})
 
     async def on_input_audio_buffer_append(self, event: dict) -> None:
-        now = asyncio.get_running_loop().time()
         if isinstance(event.get("audio"), str):  # its length says its seconds: refused before it is decoded
-            self.pace.admit(audio_seconds(event["audio"], bytes_per_second(self.config.input_format)), now)
-        samples = decode_audio(event, self.config.input_format)
+            self.pace.admit(audio_seconds(event["audio"], bytes_per_second(self.config.input_format)),
+                            asyncio.get_running_loop().time())
+        await self.hear(decode_audio(event, self.config.input_format), FORMATS[self.config.input_format])
+
+    async def hear(self, samples: np.ndarray, rate: int) -> None:
+        """int16 samples at ``rate`` for the model: an append's, or a WebRTC call's microphone track."""
+        now = asyncio.get_running_loop().time()
         if not self.configured:
             raise ClientEventError("session_not_configured", "send session.update (instructions, tools, voice) "
                                                              "before audio: the model reads its prompt first", "type")
@@ -238,7 +251,6 @@ class Connection:
             raise ClientEventError("session_setup_failed", f"the session could not start: {self.setup_error}; send "
                                                            "session.update with other settings", "session")
         if await self.ensure_live(required=True):
-            rate = FORMATS[self.config.input_format]
             self.live.send(samples, rate)  # the session resamples to 16 kHz with soxr's stream resampler
             # the idle clock goes back by the audio's seconds, not to now: a sample a minute holds no slot (§2)
             self.idle_since = min(now, self.idle_since + len(samples) / rate)
@@ -358,6 +370,8 @@ class Connection:
                 self.frames += len(event.frames)
                 metrics.LAG.observe(event.backlog_seconds)
                 self.watch_lag(event.backlog_seconds)
+                if self.audio_out is not None:
+                    self.audio_out(np.concatenate([frame.audio for frame in event.frames]))
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
                               len(event.frames) * FRAME_SECONDS)
                 self.model_behind(event.backlog_seconds > 0)
@@ -412,6 +426,11 @@ class Connection:
         self.hand_over(done=True)
         metrics.conversation_ended(self.session_id, asyncio.get_running_loop().time() - self.started_at, self.frames,
                                    reason)
+
+
+def asked(request, option: str) -> bool:
+    """An opt-in of a WebSocket's or a call's URL query (``?voicechat_frames=1``)."""
+    return request.query_params.get(option, "").lower() in ("1", "true", "yes")
 
 
 def bug_lines(e: Exception) -> str:

@@ -20,9 +20,10 @@ from ..limits import DEFAULT_AHEAD_SECONDS, DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
 from .drain import CLOSING_SECONDS, DrainingServer
 from .connection import (CLOSE_GOING_AWAY, CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS,
-                         MAX_MESSAGE_BYTES, Connection)
+                         MAX_MESSAGE_BYTES, Connection, asked)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
 from .sockets import connection_cap, guarded_http
+from .webrtc import CALLS_PATH, Calls, http_error
 
 log = logging.getLogger("voicechat.realtime")  # one logger for the package
 
@@ -116,6 +117,7 @@ class RealtimeServer:
             router.add_websocket_route(path, self.serve)
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
         router.add_api_route(MODELS_PATH, self.models, methods=["GET"])
+        router.add_api_route(CALLS_PATH, Calls(self).create, methods=["POST"])  # WebRTC (docs/realtime.md)
         router.add_api_route(metrics.PATH, scrape, methods=["GET"])
         return router
 
@@ -123,9 +125,8 @@ class RealtimeServer:
         """OpenAI's model list (``client.models.list()``): the one model this server runs, under the same API key
         as the WebSocket."""
         if not self.authorized(request):
-            return JSONResponse({"error": {"type": "invalid_request_error", "code": "invalid_api_key", "param": None,
-                                           "message": "no valid API key: send Authorization: Bearer KEY"}},
-                                status_code=401)
+            return http_error(ClientEventError("invalid_api_key", "no valid API key: send Authorization: Bearer KEY"),
+                              401)
         return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
                                                          "owned_by": "voicechat"}]})
 
@@ -168,6 +169,27 @@ class RealtimeServer:
                     if p.startswith(INSECURE_KEY_PROTOCOL)]
         return any(hmac.compare_digest(key.encode(), self.api_key.encode()) for key in offered)
 
+    async def admit(self, name: str) -> Optional[ClientEventError]:
+        """Take a conversation slot for ``name`` (a WebSocket or a WebRTC call), or say why not (server_busy, or
+        server_shutting_down once the server drains: docs/operations.md §3)."""
+        if self.draining:
+            log.warning("%s: server_shutting_down: the server is draining", name)
+            metrics.refused("draining")
+            return ClientEventError("server_shutting_down", "the server is shutting down; connect to another",
+                                    kind="server_error")
+        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
+        if len(self.active) >= self.engine.max_sessions:
+            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
+                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
+            metrics.refused("server_busy")
+            return ClientEventError("server_busy", f"{len(self.active)} conversation"
+                                    f"{'s are' if len(self.active) > 1 else ' is'} running on this model, its maximum; "
+                                    "try again later", kind="server_error")
+        self.active.append(name)
+        log.info("%s: open", name)
+        return None
+
     async def serve(self, websocket) -> None:
         self.count += 1
         self.loop = asyncio.get_running_loop()
@@ -179,22 +201,11 @@ class RealtimeServer:
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
-        if self.draining:
-            log.warning("%s: server_shutting_down: the server is draining", name)
-            await refuse(websocket, "draining", "server_shutting_down", "the server is shutting down; connect to "
-                         "another", CLOSE_GOING_AWAY, "server shutting down")
+        refused = await self.admit(name)
+        if refused is not None:
+            close = CLOSE_GOING_AWAY if refused.code == "server_shutting_down" else CLOSE_TRY_AGAIN_LATER
+            await refuse(websocket, refused, close)
             return
-        if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
-            await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
-        if len(self.active) >= self.engine.max_sessions:
-            log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
-                        "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
-            await refuse(websocket, "server_busy", "server_busy", f"{len(self.active)} conversation"
-                         f"{'s are' if len(self.active) > 1 else ' is'} running on this model, its maximum; try again "
-                         "later", CLOSE_TRY_AGAIN_LATER, "server busy")
-            return
-        self.active.append(name)
-        log.info("%s: open", name)
         try:
             self.connections[name] = Connection(self, websocket, name,
                                                 frames_event=asked(websocket, "voicechat_frames"),
@@ -204,23 +215,17 @@ class RealtimeServer:
             self.release(name)
 
 
-async def refuse(websocket, reason: str, code: str, message: str, close_code: int, close_reason: str) -> None:
+async def refuse(websocket, error: ClientEventError, close_code: int) -> None:
     """An accepted connection that gets no conversation: one GA ``error`` event, then the close."""
-    metrics.refused(reason)
-    metrics.error_sent(code)
-    await websocket.send_text(event_text(error_event(ClientEventError(code, message, kind="server_error"))))
-    await websocket.close(close_code, close_reason)
+    metrics.error_sent(error.code)
+    await websocket.send_text(event_text(error_event(error)))
+    await websocket.close(close_code, error.code.replace("_", " "))
 
 
 def scrape() -> Response:
     """``GET /metrics``: the process's metrics in Prometheus' text format (docs/operations.md §1)."""
     body, content_type = metrics.scrape()
     return Response(body, media_type=content_type)
-
-
-def asked(websocket, option: str) -> bool:
-    """An opt-in of the URL's query (``?voicechat_frames=1``)."""
-    return websocket.query_params.get(option, "").lower() in ("1", "true", "yes")
 
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",

@@ -14,7 +14,7 @@ log = logging.getLogger("voicechat.realtime")  # one logger for the package
 # nginx waits 60 s for a request's headers (client_header_timeout); a client of this server sends one line and a
 # few headers, so a few seconds are plenty
 REQUEST_SECONDS = 5.0
-REQUEST_BYTES = 64 * 1024  # of one request: serve has no request bodies, only GET /health and the upgrade
+REQUEST_BYTES = 64 * 1024  # of one request: serve's only request body is a WebRTC offer (webrtc.MAX_OFFER_BYTES)
 RESERVED_DESCRIPTORS = 128  # for the model's files, the engine and the log: connections get the rest
 CAP_LOG_SECONDS = 60.0  # "the cap is reached" is logged at most this often
 
