@@ -30,7 +30,8 @@ import gradio as gr  # noqa: E402
 
 from voicechat import engine as eng  # noqa: E402
 from voicechat.errors import ConfigError, ModelUnavailable, VoiceChatError  # noqa: E402
-from voicechat.limits import SettingError, check_range  # noqa: E402
+from voicechat.limits import DEFAULT_DRAIN_SECONDS, SettingError, check_range  # noqa: E402
+from voicechat.realtime.drain import run_until_stopped  # noqa: E402
 from voicechat.webui import talk, timeline  # noqa: E402
 from voicechat.webui.record import NVIDIA_PROMPT, RTF_MEANING, RecordAndRun, load_examples  # noqa: E402
 from voicechat.webui.access import KeyGuard  # noqa: E402
@@ -289,12 +290,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=os.environ.get("VOICECHAT_API_KEY"),
                    help="every route of the app needs this key: the page asks for it once, scripts send "
                         "Authorization: Bearer KEY (default: $VOICECHAT_API_KEY; docs/limits.md §3)")
+    p.add_argument("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, metavar="SECONDS",
+                   help=f"on SIGTERM, how long live visitors go on talking before they are closed (default "
+                        f"{DEFAULT_DRAIN_SECONDS:g}; docs/operations.md)")
     cap_mb = UPLOADS_CAP_BYTES / 2 ** 20
     p.add_argument("--max-uploads-mb", type=float, default=cap_mb,
                    help=f"the uploads kept at most, in MiB; the oldest go first (default {cap_mb:g})")
     args = p.parse_args(argv)
     try:
         check_range("max_uploads_mb", "--max-uploads-mb", args.max_uploads_mb, 0.0, low_open=True)
+        check_range("drain_seconds", "--drain-seconds", args.drain_seconds, 0.0)
     except SettingError as e:
         p.error(str(e))
     try:
@@ -304,7 +309,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.demo:
         loader = eng.demo_model()
@@ -326,7 +331,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(f"* Running on local URL:  {demo.local_url}")
     print(f"* Running on public URL: {demo.share_url}" if demo.share_url else
           "* To create a public link too, start the app with --share.", flush=True)
-    demo.block_thread()
+    status = run_until_stopped(talk.TABS[demo].realtime, args.drain_seconds)  # docs/operations.md §3
+    demo.close()
+    engine.close()
+    return status
 
 
 if __name__ == "__main__":

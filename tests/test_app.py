@@ -263,9 +263,10 @@ def write_m4a(path: Path, samples: np.ndarray, rate: int) -> Path:
 
 
 def check(client: Client, path: Path) -> tuple:
-    """The upload check, as the page runs it when a recording arrives: (the input's new value, the status)."""
-    value, status = client.predict(handle_file(str(path)), api_name="/check")
-    return value, text_of(status)
+    """The upload check, as the page runs it when a recording arrives: (the input's new value, the status, the
+    answer's outputs by name)."""
+    value, status, *answer = client.predict(handle_file(str(path)), api_name="/check")
+    return value, text_of(status), dict(zip(record_tab.RecordAndRun.OUTPUTS[1:], answer))
 
 
 def test_recordings_are_checked_when_they_arrive(served, tmp_path):
@@ -273,30 +274,34 @@ def test_recordings_are_checked_when_they_arrive(served, tmp_path):
     client = Client(url, verbose=False)
     bad = tmp_path / "holiday.wav"
     bad.write_text("not really a wav file")
-    value, status = check(client, bad)
+    value, status, answer = check(client, bad)
     assert value is None  # refused: the input is cleared
     assert "This recording cannot be used" in status and "holiday.wav is not a readable audio file" in status
     assert str(outputs) not in status and "gradio" not in status  # the name only, no server folder
     empty = tmp_path / "memo.m4a"
     empty.write_bytes(b"")  # an upload that did not get through
-    value, status = check(client, empty)
+    value, status, answer = check(client, empty)
     assert value is None and "memo.m4a is empty (0 bytes)" in status
     blip = tmp_path / "blip.wav"
     sf.write(str(blip), np.zeros(2400, np.float32), 48000)  # 50 ms
-    value, status = check(client, blip)
+    value, status, answer = check(client, blip)
     assert value is None and "blip.wav is too short (50 ms" in status
     x, rate = sf.read(str(EXAMPLE), dtype="float32")
-    value, status = check(client, write_m4a(tmp_path / "question.m4a", x, rate))
+    value, status, answer = check(client, write_m4a(tmp_path / "question.m4a", x, rate))
     assert value is not None and "Recording ready" in status and "question.m4a: 3.8 s." in status
     long = tmp_path / "lecture.wav"
     sf.write(str(long), np.zeros(16000 * 75, np.float32), 16000)
     model.gate = None
     call(client, EXAMPLE).result(timeout=60)  # a run measures the speed
     rtf = engine.status().realtime_factor
-    value, status = check(client, long)
+    value, status, answer = check(client, long)
     assert value is not None and "A long recording" in status
     assert f"lecture.wav is 1 min 15 s long; recordings under 1 min work best. At the current speed (RTF {rtf:.3g}) " \
            f"the answer takes about" in status
+    value, status, answer = check(client, bad)  # an answer was on the page: a refused recording clears it
+    assert value is None and "This recording cannot be used" in status
+    assert answer["answer_audio"] is None and answer["transcript"] == answer["assistant"] == ""
+    assert answer["timings"] == "No timings yet." and answer["downloads"] is None
 
 
 def test_an_m4a_recording_is_answered(served, tmp_path):

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "voicechat"
 # face, voicechat/__init__.py). docs/architecture.md says what each floor is for.
 FLOORS = (
     ("front ends", {"__main__", "batch", "deploy", "terminal", "devices", "webui", "realtime", "benchmarks"}),
-    ("the engine thread", {"engine"}),
+    ("the engine thread", {"engine", "metrics"}),
     ("the public names", {""}),
     ("the loaded model", {"model", "voices"}),
     ("the timeline", {"timeline"}),

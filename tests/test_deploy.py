@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from netns import inside_only as namespace_only, run_inside  # noqa: E402
 from test_realtime import CHUNK, MODEL, TIMEOUT, WAV, close, pcm16_24k, receive, receive_until  # noqa: E402
+from test_operations import DRAIN, stop_while_talking  # noqa: E402
 from voicechat import deploy, realtime  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
@@ -99,6 +100,16 @@ def test_a_model_that_cannot_load_is_one_line_from_the_start_serve_and_each_repl
                                                 "Hugging Face repo id (org/name)", r.stderr
 
 
+@inside_only
+def test_a_ray_that_cannot_start_is_one_line(tmp_path):
+    long = tmp_path / ("x" * 120)  # Ray's socket paths must fit in 107 bytes
+    long.mkdir()
+    r = subprocess.run([sys.executable, "-m", "voicechat", "serve", "--ray", "--demo"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "RAY_TMPDIR": str(long)})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines()[-1].startswith("error: Ray could not start: validate_socket_filename failed")
+
+
 def docs_config() -> dict:
     import yaml
 
@@ -165,7 +176,7 @@ class Cluster:
         self.serve = subprocess.Popen(
             [sys.executable, "-m", "voicechat", "serve", "--ray", "--address", f"127.0.0.1:{RAY_PORT}", "--demo",
              "--replicas", "2", "--max-sessions", str(SESSIONS), "--replicas-per-node", "1",
-             "--port", str(HTTP_PORT)],
+             "--port", str(HTTP_PORT), "--drain-seconds", str(DRAIN)],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=self.env, cwd=ROOT)
         line = self.serve.stdout.readline()
         while line and "Realtime API at" not in line:
@@ -471,3 +482,20 @@ def test_a_killed_replica_closes_its_conversations_the_others_go_on_and_the_rest
         time.sleep(1)
     replicas = {t.replica for t in talks}
     assert killed not in replicas and survivor in replicas
+
+
+@inside_only  # the file's last test: it stops the deployment
+def test_sigterm_drains_every_replicas_conversations_then_closes_them_1001(cluster):
+    """docs/operations.md §3 through Ray: the conversation goes on for the drain, then server_shutting_down and close
+    1001 (passed on by Ray's proxy), and the command exits 0."""
+    from types import SimpleNamespace
+
+    cluster.wait_idle()
+    driver = SimpleNamespace(proc=cluster.serve, base_url=cluster.base_url)
+    sent, arrived, errors, code, during = stop_while_talking(driver, signal.SIGTERM)
+    status = cluster.serve.wait(DRAIN + 5)
+    exited = time.monotonic()
+    assert during == (503, {**during[1], "state": "draining", "ready": False})
+    assert max(t - sent for t in arrived) > DRAIN - 0.5
+    assert errors == ["server_shutting_down"] and code == 1001
+    assert status == 0 and exited - sent < DRAIN + 5

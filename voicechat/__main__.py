@@ -18,7 +18,8 @@ from .checkpoint import DEFAULT_MODEL, SUPPORTED_CHECKPOINTS
 from .config import FRAME_SECONDS
 from .errors import AudioInputError, ConfigError, OutputError, TestSetError, ToolError, VoiceChatError, command_name
 from .files import OUTPUTS, checked_folder, checked_output, distinct_files, write_atomically
-from .limits import DEFAULT_AHEAD_SECONDS, DEFAULT_IDLE_SECONDS, SettingError, check_range, checked_prompt, checked_seed
+from .limits import (DEFAULT_AHEAD_SECONDS, DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS, SettingError, check_range,
+                     checked_prompt, checked_seed)
 from .voices import VoiceError
 
 
@@ -321,6 +322,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     check_port(a.port)
     check_range("idle_timeout", "--idle-timeout", a.idle_timeout, 0.0)
     check_range("max_ahead_seconds", "--max-ahead-seconds", a.max_ahead_seconds, 0.0)
+    check_range("drain_seconds", "--drain-seconds", a.drain_seconds, 0.0)
     try:
         import uvicorn  # noqa: F401
         import websockets  # noqa: F401  (without it uvicorn answers WebSocket upgrades with 404)
@@ -341,10 +343,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
         for option in ("address", "replicas", "gpus_per_replica", "replicas_per_node"):
             if getattr(a, option) is not None:
                 raise UsageError(f"--{option.replace('_', '-')} needs --ray (a Ray Serve deployment)")
-        serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
-              idle_seconds=a.idle_timeout, max_sessions=a.max_sessions, voices=Path(a.voices).expanduser(),
-              voice_add=a.allow_voice_add, ahead_seconds=a.max_ahead_seconds, max_minutes=a.max_minutes)
-        return 0
+        return serve(model=a.model, demo=a.demo, host=a.host, port=a.port, api_key=a.api_key, offline=a.offline,
+                     idle_seconds=a.idle_timeout, max_sessions=a.max_sessions, voices=Path(a.voices).expanduser(),
+                     voice_add=a.allow_voice_add, ahead_seconds=a.max_ahead_seconds, max_minutes=a.max_minutes,
+                     drain_seconds=a.drain_seconds)
     if a.allow_voice_add:
         raise UsageError("--allow-voice-add works on the plain server only (a Ray replica has no voice library)")
     if a.max_minutes is not None:
@@ -354,13 +356,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(f"--ray needs {e.name}: pip install \".[ray]\" in a checkout (Ray Serve)") from None
     try:
-        run(address=a.address, host=a.host, port=a.port, model=a.model, demo=a.demo, offline=a.offline,
-            api_key=a.api_key, idle_seconds=a.idle_timeout, replicas=default(a.replicas, 1),
-            max_sessions=default(a.max_sessions, 1), gpus_per_replica=default(a.gpus_per_replica, 0.0),
-            replicas_per_node=a.replicas_per_node)
+        return run(address=a.address, host=a.host, port=a.port, drain_seconds=a.drain_seconds, model=a.model,
+                   demo=a.demo, offline=a.offline, api_key=a.api_key, idle_seconds=a.idle_timeout,
+                   replicas=default(a.replicas, 1), max_sessions=default(a.max_sessions, 1),
+                   gpus_per_replica=default(a.gpus_per_replica, 0.0), replicas_per_node=a.replicas_per_node)
     except ArgumentError as e:
         raise UsageError(str(e)) from None
-    return 0
 
 
 def default(value, otherwise):
@@ -395,6 +396,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
                    help=f"close a connection that sends no audio for this long (default {DEFAULT_IDLE_SECONDS:g}; "
                         "0 = never)")
+    s.add_argument("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, metavar="SECONDS",
+                   help=f"on SIGTERM, how long open conversations go on before they are closed (default "
+                        f"{DEFAULT_DRAIN_SECONDS:g}; docs/operations.md)")
     s.add_argument("--max-ahead-seconds", type=float, default=DEFAULT_AHEAD_SECONDS, metavar="SECONDS",
                    help="refuse audio a client sends further ahead of real time than this (default "
                         f"{DEFAULT_AHEAD_SECONDS:g}; 0 = no limit; docs/limits.md §2)")

@@ -13,6 +13,8 @@ accepted it for its whole life. What Ray does not do by itself, and the three sm
   constructor has returned; ``check_health`` (Ray's liveness check) fails once the engine has stopped.
 - a replica that dies under its conversations cannot close them: the proxy's middleware (:class:`ReplicaLoss`) sends
   each such WebSocket a GA ``error`` (``replica_lost``) and closes it with 1011.
+- a drain: Ray tells a replica nothing before it stops it, so ``voicechat serve --ray`` tells every replica through a
+  small actor (:class:`Stop`) on SIGTERM, and each drains its server as ``voicechat serve`` does.
 
     voicechat serve --ray --replicas 2 --port 8000 --demo          # a local Ray cluster, started and stopped here
     serve run voicechat.deploy:build replicas=2 demo=true          # Ray's own command (or a config file)
@@ -21,22 +23,24 @@ accepted it for its whole life. What Ray does not do by itself, and the three sm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import re
-import signal
-import threading
+import time
 from typing import Optional
 
+import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import RequestRouter
 
 from .engine import check_limits
 from .errors import ConfigError
-from .limits import DEFAULT_IDLE_SECONDS
+from .limits import DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS
 from .realtime import PATH, ClientEventError, ServeError, create_app, error_event, event_text, loaded_engine
+from .realtime.drain import CLOSING_SECONDS, Forced, Signals
 
 log = logging.getLogger("voicechat.deploy")
 
@@ -50,6 +54,8 @@ PROXY_MIDDLEWARES = "voicechat.deploy.proxy_middlewares"
 # A replica's conversations end with it: Ray waits this long for them when it stops a replica (scale-down, a new
 # version) instead of its default 20 s, which would cut them off.
 DRAIN_SECONDS = 3600.0
+STOP = "voicechat-stop"  # the Stop actor's name, in the application's namespace
+STOP_POLL_SECONDS = 0.5  # how often a stopping replica looks for its last connections (Ray's default: 2 s)
 
 
 class ArgumentError(ServeError):
@@ -120,7 +126,27 @@ class Realtime:
         log.info("replica %d ready: %s loaded in %.2f s", os.getpid(), self.name, self.engine.status().load_seconds)
 
     def __serve_build_asgi_app__(self):
-        return create_app(self.engine, api_key=self.api_key, model_name=self.name, idle_seconds=self.idle_seconds)
+        app = create_app(self.engine, api_key=self.api_key, model_name=self.name, idle_seconds=self.idle_seconds)
+        self.realtime = app.state.realtime
+        app.router.lifespan_context = self.lifespan
+        return app
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        """From the replica's start on, on its server's event loop: drain when the Stop actor says so."""
+        follower = asyncio.create_task(self.follow_stop())
+        yield
+        follower.cancel()
+
+    async def follow_stop(self) -> None:
+        """Wait for ``voicechat serve --ray``'s SIGTERM (none when Ray's own ``serve run`` deployed it: then Ray
+        stops the replica its way), drain, and say so."""
+        try:
+            stop = ray.get_actor(STOP, namespace=APP)
+        except ValueError:
+            return
+        await self.realtime.drain(await stop.wait.remote())
+        await stop.drained.remote()
 
     def check_health(self) -> None:
         """Ray's periodic liveness check: a replica whose engine has stopped is replaced. It is ``GET /health``'s
@@ -151,7 +177,8 @@ def application(*, model: str, demo: bool = False, offline: bool = False, api_ke
         Realtime, name="Realtime", num_replicas=replicas, max_ongoing_requests=max_sessions + ANSWER_SLOTS,
         ray_actor_options={"num_cpus": 1, "num_gpus": gpus_per_replica},  # one core for the engine thread
         request_router_config=RequestRouterConfig(request_router_class=FewestConversations),
-        graceful_shutdown_timeout_s=DRAIN_SECONDS, health_check_period_s=5.0, health_check_timeout_s=30.0,
+        graceful_shutdown_timeout_s=DRAIN_SECONDS, graceful_shutdown_wait_loop_s=STOP_POLL_SECONDS,
+        health_check_period_s=5.0, health_check_timeout_s=30.0,
         **placement)
     return deployment.bind(model, demo, offline, api_key, idle_seconds, max_sessions)
 
@@ -221,6 +248,40 @@ class ReplicaLoss:
             await send({"type": "websocket.close", "code": CLOSE_INTERNAL_ERROR, "reason": "replica lost"})
 
 
+@ray.remote(num_cpus=0)
+class Stop:
+    """``voicechat serve --ray`` -> its replicas: how long to drain, once SIGTERM or SIGINT came (docs/operations.md
+    §3). Each replica waits on it from its start and says when it has drained."""
+
+    def __init__(self):
+        self.seconds, self.given = 0.0, asyncio.Event()
+        self.done = 0  # replicas that have drained
+
+    async def wait(self) -> float:
+        await self.given.wait()
+        return self.seconds
+
+    def drain(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.given.set()
+
+    def drained(self) -> None:
+        self.done += 1
+
+    def drained_count(self) -> int:
+        return self.done
+
+
+def drain_replicas(stop, seconds: float) -> None:
+    """Tell every replica to drain for ``seconds`` and wait until the running ones have (``CLOSING_SECONDS`` more at
+    most; a replica that died meanwhile has no conversation left to drain)."""
+    running = serve.status().applications[APP].deployments["Realtime"].replica_states.get("RUNNING", 0)
+    ray.get(stop.drain.remote(seconds))
+    deadline = time.monotonic() + seconds + CLOSING_SECONDS
+    while ray.get(stop.drained_count.remote()) < running and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def proxy_middlewares() -> list:
     """What Ray's proxy imports through ``PROXY_CALLBACK``."""
     from starlette.middleware import Middleware
@@ -237,19 +298,22 @@ def replica_error(message: str) -> str:
     return errors[-1] if errors else message.splitlines()[0]
 
 
-def run(*, address: Optional[str], host: str, port: int, **app_args) -> None:
+def run(*, address: Optional[str], host: str, port: int, drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+        **app_args) -> int:
     """``voicechat serve --ray``: deploy on the Ray cluster at ``address`` (None: start a local one here), print the
-    address once every replica has loaded its model, serve until Ctrl+C or SIGTERM, then remove what it started."""
-    import ray
-
+    address once every replica has loaded its model, serve until SIGTERM (the replicas drain for ``drain_seconds``)
+    or Ctrl+C (they close at once; a second signal does not wait), then remove what it started. -> the exit status."""
     if port == 0:
         raise ArgumentError("--ray needs a fixed --port: Ray Serve's proxy listens on the same port on every node")
     app = application(**app_args)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    ray.init(address=address, include_dashboard=False if address is None else None, logging_level=logging.WARNING)
     try:
+        ray.init(address=address, include_dashboard=False if address is None else None,
+                 logging_level=logging.WARNING)
+    except (OSError, RuntimeError, ValueError) as e:  # ConnectionError is an OSError
+        raise ServeError(f"Ray could not start: {e}") from None
+    signals = Signals()  # after ray.init, whose own SIGTERM handler exits at once
+    try:
+        stop = Stop.options(name=STOP, namespace=APP, get_if_exists=True).remote()
         # the proxies inherit the controller's environment: that is how they find the middleware
         serve.start(http_options={"host": host, "port": port},
                     controller_options={"runtime_env": {"env_vars": {PROXY_CALLBACK: PROXY_MIDDLEWARES}}})
@@ -259,10 +323,13 @@ def run(*, address: Optional[str], host: str, port: int, **app_args) -> None:
             deployment = serve.status().applications[APP].deployments["Realtime"]
             raise ServeError(f"the replicas could not start: {replica_error(deployment.message)}") from None
         print(f"{app_args['replicas']} replica(s) ready; Realtime API at ws://{host}:{port}{PATH}", flush=True)
-        stop.wait()
+        drain_replicas(stop, signals.wait(drain_seconds))
+    except Forced:
+        pass
     finally:
         if address is None:
             serve.shutdown()
         else:
-            serve.delete(APP)
+            serve.delete(APP, _blocking=False)  # drained: the controller removes the replicas without us waiting
         ray.shutdown()
+    return signals.restore()

@@ -24,6 +24,7 @@ MAX_PROMPT_POSITIONS = TIMELINE_LIMIT // 4
 # prompt is at least one character, so no longer text can fit in MAX_PROMPT_POSITIONS after a generous margin.
 MAX_PROMPT_CHARS = 16 * MAX_PROMPT_POSITIONS
 DEFAULT_IDLE_SECONDS = 60.0  # a Realtime connection that sends no audio for this long is closed (serve --idle-timeout)
+DEFAULT_DRAIN_SECONDS = 10.0  # after SIGTERM, open conversations go on this long (serve --drain-seconds)
 # audio a Realtime client may send ahead of real time (serve --max-ahead-seconds): a network's jitter, not a recording
 DEFAULT_AHEAD_SECONDS = 2.0
 SEED_LIMIT = 2 ** 64  # seeds are 0 .. 2^64 - 1: MLX's random key takes an unsigned 64-bit integer

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .. import metrics
 from ..errors import ToolError, VoiceChatError
 from ..result import Result
 from .recordings import ERROR, Job, host_result
@@ -199,6 +200,7 @@ class LiveConversations:
         try:
             live._open(self._group())
         except VoiceChatError as e:
+            metrics.join_refused(e)
             live._emit(LiveEvent(ERROR, message=str(e)))
             live._emit(LiveEvent(CLOSED))
             return

@@ -17,6 +17,7 @@ ModelLoader = Callable[[type], Any]  # (tqdm-compatible progress-bar class) -> a
 # The real-time factor assumed until a run has been measured (docs/performance.md): near real time on a GPU (reported on
 # recent Apple Silicon), about 100 times slower than real time on a CPU.
 EXPECTED_REALTIME_FACTOR = {"gpu": 1.0, "cpu": 100.0}
+TICKS_MEASURED = 50  # the last ticks whose median is this machine's measured speed (EngineStatus.tick_seconds)
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,23 @@ class EngineStatus:
     load_seconds: Optional[float] = None  # once READY
     facts: Optional[ModelFacts] = None  # once READY
     realtime_factor: Optional[float] = None  # of the last finished run (None before one)
+    tick_seconds: Optional[float] = None  # the median of the last ticks (None before one): this machine's speed now
+
+    @property
+    def measured(self) -> bool:
+        return self.tick_seconds is not None or self.realtime_factor is not None
 
     @property
     def expected_realtime_factor(self) -> Optional[float]:
-        """The last measured real-time factor, else the one assumed for this device; None without a model."""
+        """The real-time factor of the last ticks (each advances every conversation one frame: a tick's seconds per
+        frame's seconds), else of the last run, else the one assumed for this device; None without a model."""
+        if self.facts is None:
+            return None
+        if self.tick_seconds is not None:
+            return self.tick_seconds / self.facts.frame_seconds
         if self.realtime_factor is not None:
             return self.realtime_factor
-        return self.facts.expected_realtime_factor if self.facts is not None else None
+        return self.facts.expected_realtime_factor
 
 
 def model_facts(model) -> ModelFacts:

@@ -26,17 +26,23 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import itertools
 import sys
 import threading
 import time
 import traceback
 import weakref
+from pathlib import Path
 from typing import Any, Optional, Union
 
+import numpy as np
+
+from .. import metrics
 from ..errors import ConfigError, VoiceChatError
 from .live import CLOSED, LiveConversations, LiveEvent, LiveJob
-from .loading import FAILED, LOADING, READY, STARTING, EngineStatus, ModelLoader, download_bar, model_facts
+from .loading import (FAILED, LOADING, READY, STARTING, TICKS_MEASURED, EngineStatus, ModelLoader, download_bar,
+                      model_facts)
 from .recordings import CANCELLED, ERROR, QUEUED, Event, Job, Recordings, Request, check_settings, expected_frames, \
     frames_left, waiting_for_memory
 
@@ -90,6 +96,7 @@ class Engine(LiveConversations, Recordings):
         self._closing = False
         self._next_id = 1
         self._status = EngineStatus(STARTING, f"Starting {name}")
+        self._ticks: collections.deque = collections.deque(maxlen=TICKS_MEASURED)  # seconds (engine thread appends)
 
     # ---- called from any thread --------------------------------------------------------------------------------
     def start(self) -> "Engine":
@@ -99,7 +106,9 @@ class Engine(LiveConversations, Recordings):
 
     def status(self) -> EngineStatus:
         with self._lock:
-            return self._status
+            status = self._status
+        ticks = list(self._ticks)
+        return dataclasses.replace(status, tick_seconds=float(np.median(ticks))) if ticks else status
 
     def submit(self, request: Request, *, owner: Optional[str] = None) -> Job:
         """Queue a request; the job's first event says how many jobs it waits for."""
@@ -123,9 +132,9 @@ class Engine(LiveConversations, Recordings):
                 rows[rows.index(min(rows))] += frames
             frames = min(rows)
             measured = next((r.progress for r in self._recordings if r.progress and r.progress[0] > 0), None)
-            status = self._status
         if measured:
             return frames * measured[2] / measured[0]
+        status = self.status()
         if status.facts is None:
             return None
         return frames * status.expected_realtime_factor * status.facts.frame_seconds
@@ -173,6 +182,7 @@ class Engine(LiveConversations, Recordings):
         self._wake.set()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
+            _native_exit(self.thread, timeout)
 
     def _withdraw(self, job: Job) -> None:
         """A cancelled job that has not started leaves the queue now; a running one stops at its next frame."""
@@ -272,7 +282,12 @@ class Engine(LiveConversations, Recordings):
         if self.group is None:
             return {}
         try:
-            return self.group.step()
+            t0 = time.perf_counter()
+            ticked = self.group.step()
+            if ticked:
+                self._ticks.append(time.perf_counter() - t0)
+                metrics.ticked(self.group, self._ticks[-1])
+            return ticked
         except Exception as e:
             traceback.print_exc(file=sys.stderr)
             message = f"Engine error: {type(e).__name__}: {e}"
@@ -303,6 +318,7 @@ class Engine(LiveConversations, Recordings):
             self._set_status(EngineStatus(FAILED, f"Loading {self.name} failed: {type(e).__name__}: {e}"))
             return
         seconds = time.perf_counter() - t0
+        metrics.model_loaded(seconds)
         with self._lock:
             self.model = model
             self._status = EngineStatus(READY, f"{self.name} is ready", load_seconds=seconds,
@@ -320,6 +336,16 @@ class Engine(LiveConversations, Recordings):
         and the queue moves up."""
         self._short_of_memory = False
         self._announce_positions()
+
+
+def _native_exit(thread: threading.Thread, timeout: float) -> None:
+    """Wait until the OS thread behind a joined ``thread`` has ended (Linux: its /proc task is gone). After Python's
+    join it still runs its thread-local destructors, MLX's compile cache among them, which take the GIL: were the
+    interpreter finalizing by then, the process would abort (docs/operations.md §3)."""
+    task = Path(f"/proc/self/task/{thread.native_id}")
+    deadline = time.monotonic() + timeout
+    while task.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 _RUNNING: "weakref.WeakSet[Engine]" = weakref.WeakSet()  # started engines, for the interpreter's exit

@@ -14,7 +14,8 @@ import numpy as np
 
 from starlette.websockets import WebSocketDisconnect
 
-from ..config import FRAME_SECONDS
+from .. import metrics
+from ..config import FRAME_SECONDS, MAX_LAG_SECONDS
 from ..engine import READY, EngineBusy, LiveRequest
 from ..errors import ToolError, VoiceChatError
 from ..limits import SettingError
@@ -38,6 +39,10 @@ LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine 
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
 MAX_BEHIND_SECONDS = 10.0
 CLOSE_NORMAL = 1000
+# a conversation whose model is this far behind the client's audio is told so (voicechat.falling_behind), before the
+# Talk live tab stops it at MAX_LAG_SECONDS (docs/app.md)
+WARN_LAG_SECONDS = MAX_LAG_SECONDS / 2
+CLOSE_GOING_AWAY = 1001  # RFC 6455 §7.4.1: the server is going down (docs/operations.md §3)
 MAX_LOGGED_ERRORS = 20  # a connection's error events that the log says one by one; the rest are counted
 DISCONNECTS = {1005: "the client vanished without a close frame", 1006: "the client vanished without a close frame",
                1009: f"closed: the client sent a message over the {MAX_MESSAGE_BYTES // 2 ** 20} MiB WebSocket limit"}
@@ -68,6 +73,9 @@ class Connection:
         self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
         self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
+        self.end_reason = "client_closed"  # why the conversation ends, for its log line (docs/operations.md §2)
+        self.started_at, self.frames, self.queued = 0.0, 0, False  # the live session's start, frames, hand-over
+        self.lagging = False  # the last voicechat.falling_behind said so
         self.pace = Pace(server.ahead_seconds)  # how far ahead of real time its audio runs
         self.behind, self.last_frames = False, 0.0  # whether the model had its audio to hear at its last frames
         self.errors = 0  # error events sent
@@ -99,6 +107,7 @@ class Connection:
         while seconds and ((left := self.idle_since + seconds - loop.time()) > 0 or self.setting_up):
             await asyncio.sleep(left if left > 0 else seconds)
         if seconds:
+            self.end_reason = "idle_timeout"
             self.reject(ClientEventError("idle_timeout", f"no audio for {seconds:g} s: the connection is closed so "
                                                          "that the model is free for others", kind="server_error"),
                         None)
@@ -126,6 +135,7 @@ class Connection:
         if self.unsent > MAX_BEHIND_SECONDS and not self.dropped.is_set():
             log.warning("%s: closed: the client does not read what the server sends (%.1f s of its answer unsent, "
                         "the limit is %.0f s)", self.name, self.unsent, MAX_BEHIND_SECONDS)
+            self.end_reason = "not_reading"
             self.dropped.set()
 
     def emit_extension(self, event: dict) -> None:
@@ -141,11 +151,19 @@ class Connection:
             self.emit(event, seconds if i == len(events) - 1 else 0.0)
 
     def reject(self, error: ClientEventError, event_id: Optional[str]) -> None:
+        metrics.error_sent(error.code)
         self.errors += 1
         if self.errors <= MAX_LOGGED_ERRORS:  # docs/limits.md §2: a client's errors cannot flood the log
             log.warning("%s: %s: %s%s", self.name, error.code, error.message,
                         "" if self.errors < MAX_LOGGED_ERRORS else " (its further errors are only counted)")
         self.emit(error_event(error, event_id))
+
+    def shut_down(self) -> None:
+        """The server is leaving (docs/operations.md §3): the client hears why, then close 1001 (going away)."""
+        self.end_reason = "server_shutting_down"
+        self.reject(ClientEventError("server_shutting_down", "the server is shutting down; open a new connection "
+                                                             "to talk again", kind="server_error"), None)
+        self.close(CLOSE_GOING_AWAY, "server shutting down")
 
     def close(self, code: int, reason: str) -> None:
         """Close after everything already queued has been sent."""
@@ -206,7 +224,7 @@ class Connection:
             if self.heard:
                 raise ClientEventError("session_locked", "instructions, tools and voice are fixed once audio has "
                                                          "started; open a new connection to change them", "session")
-            await self.close_live()  # not heard anything yet: start again with the new prompt
+            await self.close_live("restarted")  # not heard anything yet: start again with the new prompt
         previous = self.config, self.configured
         self.config, self.configured, self.setup_error = new, True, None
         try:
@@ -313,14 +331,18 @@ class Connection:
                                   tools=self.config.tools)
             live = self.server.engine.open_live(request, owner=self.name)
         except EngineBusy as e:
+            metrics.refused("server_busy")
             self.reject(ClientEventError("server_busy", str(e), kind="server_error"), None)
             self.close(CLOSE_TRY_AGAIN_LATER, "server busy")
             return False
         except SettingError as e:
+            metrics.refused("bad_request")
             raise ClientEventError("invalid_value", str(e), SESSION_PARAMS.get(e.param, "session"))
         except VoiceChatError as e:
             raise ClientEventError("invalid_value", str(e), "session")
         self.live, self.heard, self.setting_up = live, False, True
+        self.started_at, self.frames = asyncio.get_running_loop().time(), 0
+        metrics.conversation_started(self.session_id, self.name)
         self.server.notify("opened", self.session_id)
         events: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=pump, args=(live, asyncio.get_running_loop(), events), daemon=True,
@@ -336,13 +358,18 @@ class Connection:
             event = await events.get()
             if event.kind != "frames" and not started:  # set up, or failed to: the idle clock starts now
                 self.setting_up, self.idle_since = event.kind == "queued", asyncio.get_running_loop().time()
+            self.hand_over(done=event.kind != "queued")
             if event.kind == "queued":  # handed to the engine: it joins the next tick (docs/batching.md §5)
                 self.emit_extension({"type": "voicechat.session.queued", "jobs_ahead": event.position})
             elif event.kind == "ready":
                 started = True
+                metrics.JOIN.observe(event.setup_seconds)
                 self.emit_extension({"type": "voicechat.session.ready", "setup_seconds": round(event.setup_seconds, 3),
                                      "prompt_frames": event.prompt_frames})
             elif event.kind == "frames":
+                self.frames += len(event.frames)
+                metrics.LAG.observe(event.backlog_seconds)
+                self.watch_lag(event.backlog_seconds)
                 if self.audio_out is not None:
                     self.audio_out(np.concatenate([frame.audio for frame in event.frames]))
                 self.emit_all(self.conversation.frames(event.frames, event.backlog_seconds),
@@ -352,18 +379,20 @@ class Connection:
             elif event.kind == "error" and not started:  # the prompt or the voice could not be set up
                 if self.live is live:
                     self.live, self.follower, self.setup_error = None, None, event.message
+                    self.live_ended("setup_failed")
                 self.reject(ClientEventError("session_setup_failed", f"the session could not start: {event.message}"
                                                                      "; send session.update with other settings",
                                              "session"), None)
             elif event.kind == "error":
                 log.error("%s: the live session failed: %s", self.name, event.message)
+                self.end_reason = "session_failed"
                 self.emit_all(self.conversation.fail(event.message))
                 self.reject(ClientEventError("session_failed", event.message, kind="server_error"), None)
                 self.close(1011, "the live session failed")
             elif event.kind == "closed":
                 return
 
-    async def close_live(self) -> None:
+    async def close_live(self, reason: Optional[str] = None) -> None:
         """Stop the live session and wait until the engine has let go of it (the next connection may need it)."""
         live, follower, self.live, self.follower = self.live, self.follower, None, None
         if live is None:
@@ -373,7 +402,30 @@ class Connection:
             await asyncio.wait_for(asyncio.shield(follower), LIVE_CLOSE_SECONDS)
         except asyncio.TimeoutError:
             log.error("%s: the engine did not close the live session within %.0f s", self.name, LIVE_CLOSE_SECONDS)
+        self.live_ended(reason or self.end_reason)
         self.server.notify("closed", self.session_id, live)
+
+    def watch_lag(self, backlog_seconds: float) -> None:
+        """``voicechat.falling_behind`` each time the model falls WARN_LAG_SECONDS behind the client's audio (a
+        slow or crowded machine), and once it has caught up again; not while a tool call holds the audio on purpose
+        (docs/tools.md §5)."""
+        behind = backlog_seconds > WARN_LAG_SECONDS and not self.conversation.waiting
+        if behind != self.lagging:
+            self.lagging = behind
+            self.emit_extension({"type": "voicechat.falling_behind", "falling_behind": behind,
+                                 "behind_ms": round(1000 * backlog_seconds), "limit_ms": round(1000 * MAX_LAG_SECONDS)})
+
+    def hand_over(self, done: bool) -> None:
+        """The live session waits to join the engine's group (``done`` False) or no longer does: the queued gauge."""
+        if self.queued == done:
+            (metrics.QUEUED.dec if done else metrics.QUEUED.inc)()
+            self.queued = not done
+
+    def live_ended(self, reason: str) -> None:
+        """A live session is over: its metrics and its log line (docs/operations.md §2)."""
+        self.hand_over(done=True)
+        metrics.conversation_ended(self.session_id, asyncio.get_running_loop().time() - self.started_at, self.frames,
+                                   reason)
 
 
 def asked(request, option: str) -> bool:

@@ -11,14 +11,16 @@ from typing import Optional
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from .. import metrics
 from ..engine import READY
 from ..errors import AudioInputError, VoiceChatError
-from ..limits import DEFAULT_AHEAD_SECONDS, DEFAULT_IDLE_SECONDS
+from ..limits import DEFAULT_AHEAD_SECONDS, DEFAULT_DRAIN_SECONDS, DEFAULT_IDLE_SECONDS
 from ..voices import Voice, VoiceError, VoiceLibrary, model_library
-from .connection import (CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS, MAX_MESSAGE_BYTES,
-                         Connection, asked)
+from .drain import CLOSING_SECONDS, DrainingServer
+from .connection import (CLOSE_GOING_AWAY, CLOSE_POLICY_VIOLATION, CLOSE_TRY_AGAIN_LATER, LIVE_CLOSE_SECONDS,
+                         MAX_MESSAGE_BYTES, Connection, asked)
 from .protocol import RATE, ClientEventError, error_event, event_text, voice_json
 from .sockets import connection_cap, guarded_http
 from .webrtc import CALLS_PATH, Calls, http_error
@@ -56,6 +58,9 @@ class RealtimeServer:
         self.idle_seconds = idle_seconds  # 0: no idle timeout
         self.ahead_seconds = ahead_seconds  # 0: no limit
         self.active: list[str] = []  # the connections that hold a conversation
+        self.connections: dict[str, Connection] = {}  # each of them by name, for the drain
+        self.draining = False  # set on SIGTERM: no new conversation is admitted (docs/operations.md §3)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None  # the connections' loop, for a drain from elsewhere
         self.leaving: set[str] = set()  # those of them that are closing: a next one waits for them
         self.freed = asyncio.Event()  # set once a connection has let go of its conversation
         self.count = 0
@@ -96,6 +101,7 @@ class RealtimeServer:
         """The connection ``name`` has let go of its conversation: the next one may have its slot."""
         if name in self.active:
             self.active.remove(name)
+            self.connections.pop(name, None)
             self.leaving.discard(name)
             self.freed.set()
             self.freed = asyncio.Event()
@@ -112,6 +118,7 @@ class RealtimeServer:
         router.add_api_route(HEALTH_PATH, self.health, methods=["GET"])
         router.add_api_route(MODELS_PATH, self.models, methods=["GET"])
         router.add_api_route(CALLS_PATH, Calls(self).create, methods=["POST"])  # WebRTC (docs/realtime.md)
+        router.add_api_route(metrics.PATH, scrape, methods=["GET"])
         return router
 
     def models(self, request: Request) -> JSONResponse:
@@ -125,12 +132,31 @@ class RealtimeServer:
 
     def health(self) -> JSONResponse:
         """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
-        the engine's state and the conversations open against the maximum."""
+        the engine's state (``draining`` once SIGTERM came) and the conversations open against the maximum."""
         status = self.engine.status()
-        ready = status.state == READY
-        body = {"ready": ready, "state": status.state, "sessions": len(self.active),
+        ready = status.state == READY and not self.draining
+        body = {"ready": ready, "state": "draining" if self.draining else status.state, "sessions": len(self.active),
                 "max_sessions": self.engine.max_sessions}
         return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
+
+    async def drain(self, seconds: float) -> None:
+        """Stop admitting; let the open conversations go on for ``seconds`` (or until they end), then tell each
+        ``server_shutting_down`` and close it with 1001, and wait (``CLOSING_SECONDS`` at most) until they have let
+        go of the model (docs/operations.md §3)."""
+        self.draining = True
+        log.info("draining: %d conversation%s open; they close in %g s", len(self.active),
+                 "" if len(self.active) == 1 else "s", seconds)
+        await self.until_idle(seconds)
+        for connection in list(self.connections.values()):
+            connection.shut_down()
+        await self.until_idle(CLOSING_SECONDS)
+
+    async def until_idle(self, seconds: float) -> None:
+        """Wait until no connection holds a conversation, ``seconds`` at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.active and (left := deadline - loop.time()) > 0:
+            await asyncio.gather(asyncio.wait_for(self.freed.wait(), left), return_exceptions=True)
 
     def authorized(self, websocket) -> bool:
         """``Authorization: Bearer KEY`` (the SDKs), or the subprotocol ``openai-insecure-api-key.KEY`` (browsers);
@@ -144,12 +170,19 @@ class RealtimeServer:
         return any(hmac.compare_digest(key.encode(), self.api_key.encode()) for key in offered)
 
     async def admit(self, name: str) -> Optional[ClientEventError]:
-        """Take a conversation slot for ``name`` (a WebSocket or a WebRTC call), or say why not (server_busy)."""
+        """Take a conversation slot for ``name`` (a WebSocket or a WebRTC call), or say why not (server_busy, or
+        server_shutting_down once the server drains: docs/operations.md §3)."""
+        if self.draining:
+            log.warning("%s: server_shutting_down: the server is draining", name)
+            metrics.refused("draining")
+            return ClientEventError("server_shutting_down", "the server is shutting down; connect to another",
+                                    kind="server_error")
         if len(self.active) >= self.engine.max_sessions and self.leaving:  # a closing one frees a slot in a moment
             await asyncio.gather(asyncio.wait_for(self.freed.wait(), LIVE_CLOSE_SECONDS), return_exceptions=True)
         if len(self.active) >= self.engine.max_sessions:
             log.warning("%s: server_busy: %s hold%s the model's %d conversation%s", name, ", ".join(self.active),
                         "s" if len(self.active) == 1 else "", len(self.active), "s" if len(self.active) > 1 else "")
+            metrics.refused("server_busy")
             return ClientEventError("server_busy", f"{len(self.active)} conversation"
                                     f"{'s are' if len(self.active) > 1 else ' is'} running on this model, its maximum; "
                                     "try again later", kind="server_error")
@@ -159,31 +192,50 @@ class RealtimeServer:
 
     async def serve(self, websocket) -> None:
         self.count += 1
+        self.loop = asyncio.get_running_loop()
         name = f"connection {self.count} from {websocket.client.host if websocket.client else '?'}"
         if not self.authorized(websocket):
             log.warning("%s: refused: no valid API key (send Authorization: Bearer KEY)", name)
+            metrics.refused("auth")
             await websocket.close(CLOSE_POLICY_VIOLATION)
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in websocket.scope.get("subprotocols", [])
                                else None)
-        busy = await self.admit(name)
-        if busy is not None:
-            await websocket.send_text(event_text(error_event(busy)))
-            await websocket.close(CLOSE_TRY_AGAIN_LATER, "server busy")
+        refused = await self.admit(name)
+        if refused is not None:
+            close = CLOSE_GOING_AWAY if refused.code == "server_shutting_down" else CLOSE_TRY_AGAIN_LATER
+            await refuse(websocket, refused, close)
             return
         try:
-            await Connection(self, websocket, name, frames_event=asked(websocket, "voicechat_frames"),
-                             extension_events=asked(websocket, "voicechat_events")).run()
+            self.connections[name] = Connection(self, websocket, name,
+                                                frames_event=asked(websocket, "voicechat_frames"),
+                                                extension_events=asked(websocket, "voicechat_events"))
+            await self.connections[name].run()
         finally:
             self.release(name)
+
+
+async def refuse(websocket, error: ClientEventError, close_code: int) -> None:
+    """An accepted connection that gets no conversation: one GA ``error`` event, then the close."""
+    metrics.error_sent(error.code)
+    await websocket.send_text(event_text(error_event(error)))
+    await websocket.close(close_code, error.code.replace("_", " "))
+
+
+def scrape() -> Response:
+    """``GET /metrics``: the process's metrics in Prometheus' text format (docs/operations.md §1)."""
+    body, content_type = metrics.scrape()
+    return Response(body, media_type=content_type)
 
 
 def create_app(engine, *, api_key: Optional[str] = None, model_name: str = "voicechat",
                idle_seconds: float = DEFAULT_IDLE_SECONDS, voices: Optional[Path] = None,
                voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS) -> FastAPI:
     app = FastAPI(title="voicechat realtime", docs_url=None, redoc_url=None, openapi_url=None)
-    app.include_router(RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
-                                      voices=voices, voice_add=voice_add, ahead_seconds=ahead_seconds).router())
+    app.state.realtime = RealtimeServer(engine, api_key=api_key, model_name=model_name, idle_seconds=idle_seconds,
+                                        voices=voices, voice_add=voice_add,
+                                        ahead_seconds=ahead_seconds)  # its drain, on SIGTERM
+    app.include_router(app.state.realtime.router())
     return app
 
 
@@ -219,9 +271,10 @@ def loaded_engine(*, model: str, demo: bool, offline: bool, max_sessions: Option
 def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str], offline: bool,
           idle_seconds: float = DEFAULT_IDLE_SECONDS, max_sessions: Optional[int] = None,
           voices: Optional[Path] = None, voice_add: bool = False, ahead_seconds: float = DEFAULT_AHEAD_SECONDS,
-          max_minutes: Optional[float] = None) -> None:
+          max_minutes: Optional[float] = None, drain_seconds: float = DEFAULT_DRAIN_SECONDS) -> int:
     """``python -m voicechat serve``: load the model, then serve ``/v1/realtime`` (up to ``max_sessions``
-    conversations at once; None: as many as fit, voicechat.timeline.admission.fitting_sessions) until interrupted."""
+    conversations at once; None: as many as fit, voicechat.timeline.admission.fitting_sessions) until SIGTERM
+    (drained for ``drain_seconds``) or SIGINT; -> the exit status (docs/operations.md §3)."""
     import socket
 
     import uvicorn
@@ -248,7 +301,9 @@ def serve(*, model: str, demo: bool, host: str, port: int, api_key: Optional[str
                          voice_add=voice_add, ahead_seconds=ahead_seconds)
         # a request's deadline and a cap on open connections below the descriptor limit (docs/limits.md §2)
         config = uvicorn.Config(app, log_level="info", ws_max_size=MAX_MESSAGE_BYTES,
-                                http=guarded_http(connection_cap()))
-        uvicorn.Server(config).run(sockets=[sock])
+                                http=guarded_http(connection_cap()), timeout_graceful_shutdown=CLOSING_SECONDS)
+        server = DrainingServer(config, app.state.realtime, drain_seconds)
+        server.run(sockets=[sock])
+        return server.exit_status()
     finally:
         engine.close()

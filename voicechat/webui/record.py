@@ -346,7 +346,7 @@ class RecordAndRun:
          .then(self.buttons_idle, None, [run_btn, cancel_btn], api_visibility="private", queue=False))
         cancel_btn.click(self.cancel, None, status, api_name="cancel", queue=False)
         # checked when it arrives (upload, recording, example), not when Run is pressed
-        audio_in.change(self.check_input, audio_in, [audio_in, status], api_name="check", queue=False,
+        audio_in.change(self.check_input, audio_in, [audio_in, *outputs_list], api_name="check", queue=False,
                         show_progress="hidden")
         preset.change(lambda name: PROMPT_PRESETS[name], preset, prompt, api_visibility="private", queue=False)
         for picked in (prompt, tools):  # a preset's prompt changes the prompt too
@@ -379,24 +379,27 @@ class RecordAndRun:
         return tuple(values.get(k, gr.skip()) for k in self.OUTPUTS)
 
     def check_input(self, audio_path) -> tuple:
-        """A new recording: refused at once (cleared, with one line saying why) when it cannot be used; a long one
-        gets a warning with the expected wait at the measured speed (else the one expected on this machine)."""
+        """A new recording -> (the input, every output): refused at once (the input and the last answer cleared,
+        with one line saying why) when it cannot be used; a long one gets a warning with the expected wait at the
+        measured speed (else the one expected on this machine)."""
         if not audio_path:
-            return gr.skip(), gr.skip()
+            return gr.skip(), *self._frame()
         status = self.engine.status()
         rtf = status.expected_realtime_factor
         try:
             check = check_upload(audio_path, realtime_factor=rtf)
         except AudioInputError as e:
-            return None, status_html("error", "This recording cannot be used", str(e))
+            return None, *self._frame(status=status_html("error", "This recording cannot be used", str(e)),
+                                      **CLEARED)
         if status.state in (eng.FAILED, eng.CLOSED):
-            return gr.skip(), gr.skip()  # the card keeps saying that the model is not there, and what to do
+            return gr.skip(), *self._frame()  # the card keeps saying that the model is not there, and what to do
         ready = "Press Run (Ctrl+Enter)." if status.state == eng.READY else "Run works once the model is loaded."
         if not check.warning:
-            return gr.skip(), status_html("idle", "Recording ready", f"{check.message} {ready}")
-        assumed = ("" if status.realtime_factor is not None or rtf is None else
+            return gr.skip(), *self._frame(status=status_html("idle", "Recording ready", f"{check.message} {ready}"))
+        assumed = ("" if status.measured or rtf is None else
                    f" (RTF {rtf:g} is what this machine is expected to do; the first run measures it.)")
-        return gr.skip(), status_html("warn", "A long recording", f"{check.message}{assumed} {ready}")
+        return gr.skip(), *self._frame(status=status_html("warn", "A long recording",
+                                                          f"{check.message}{assumed} {ready}"))
 
     def run(self, audio_path, system_prompt, seed, extra_seconds, max_extra_seconds, temperature, top_p,
             repetition_penalty, tts_override, tts_guidance, tts_top_p, tts_noise, turn_markers, reference,
@@ -404,8 +407,6 @@ class RecordAndRun:
         """Submit one conversation to the engine and stream its progress; the last yield has every output.
         ``tools``: the names of the built-in tools ticked (none: the model reads the system prompt alone);
         ``voice``: the name of the voice chosen (none: the checkpoint's)."""
-        cleared = dict(answer_audio=None, transcript="", assistant="", function="", timeline=timeline.EMPTY,
-                       timings="No timings yet.", downloads=None, tool_calls="")
         if not audio_path:
             yield self._frame(status=status_html("error", "No recording yet",
                                                  "Record with the microphone or drop an audio file first."))
@@ -413,7 +414,7 @@ class RecordAndRun:
         try:
             samples, rate = read_recording(audio_path)
         except AudioInputError as e:
-            yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **cleared)
+            yield self._frame(status=status_html("error", "This recording cannot be used", str(e)), **CLEARED)
             return
         try:  # the settings, checked as everywhere (voicechat/limits.py), before the engine queues anything
             config = generation_config(extra_seconds, max_extra_seconds, temperature, top_p, repetition_penalty,
@@ -423,14 +424,14 @@ class RecordAndRun:
             job = self.engine.submit(eng.Request(ask.samples, ask.rate, ask.system_prompt, ask.seed, ask.config,
                                                  ask.tools, ask.voice), owner=getattr(request, "session_hash", None))
         except (SettingError, VoiceError, ValueError, TypeError) as e:
-            yield self._frame(status=status_html("error", "A setting cannot be used", str(e)), **cleared)
+            yield self._frame(status=status_html("error", "A setting cannot be used", str(e)), **CLEARED)
             return
         except eng.EngineFull as e:
             yield self._frame(status=status_html("error", "The app is busy", str(e)))
             return
         answer = stream.ANSWERS.open(OUTPUT_SAMPLE_RATE)  # heard while it is generated (voicechat/webui/stream.py)
         try:
-            yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **cleared)
+            yield self._frame(status=status_html("wait", "Queued"), player=stream.player_html(answer), **CLEARED)
             yield from self._follow(job, ask, answer)
         finally:
             answer.end()
@@ -508,6 +509,11 @@ class RecordAndRun:
 
     def buttons_idle(self) -> tuple[gr.Button, gr.Button]:
         return gr.Button(interactive=self.engine.status().state == eng.READY), gr.Button(interactive=False)
+
+
+# the answer's outputs before any answer: a run starts from them, and a refused recording leaves them so
+CLEARED = dict(answer_audio=None, transcript="", assistant="", function="", timeline=timeline.EMPTY,
+               timings="No timings yet.", downloads=None, tool_calls="")
 
 
 def constant(values: tuple):

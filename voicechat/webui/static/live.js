@@ -310,6 +310,14 @@ const EVENTS = {
       },
     }));
   },
+  'voicechat.falling_behind'(event) { // the server's warning, before the lag guard stops the conversation
+    if (this.state !== 'live') return;
+    if (event.falling_behind) {
+      this.card('warn', 'Falling behind', `The model is ${(event.behind_ms / 1000).toFixed(1)} s behind your voice; ` +
+                `at ${event.limit_ms / 1000} s the conversation stops. Others may be talking to it too: pause, or ` +
+                'close other programs.');
+    } else this.card('run', 'Live: talk now', 'The model has caught up with your voice.');
+  },
   'voicechat.session.queued'(event) {
     this.state = 'queued';
     this.card('wait', 'Starting', `The model takes the conversation in at its next ${this.server.frame_ms} ms step.`);
@@ -367,6 +375,7 @@ const EVENTS = {
     const { code, message } = event.error;
     if (code === 'server_busy') this.card('wait', 'Busy', message);
     else if (code === 'session_failed') this.stop('error', 'The conversation failed', message);
+    else if (code === 'server_shutting_down') this.stop('wait', 'The app is shutting down', message);
     else if (this.state !== 'live') this.stop('error', 'The conversation could not start', message);
     else this.note(`server: ${message}`);
   },
