@@ -20,7 +20,7 @@ NAMESPACES = ["unshare", "--net", "--pid", "--fork", "--mount-proc"]
 LOOPBACK = "ip link set lo up"
 # a test host's address that exists inside the namespace only, on one end of a veth pair whose other end is there too:
 # ICE's host candidate (aioice and chromium offer no loopback one)
-DUMMY = ("ip link add vc0 type veth peer name vc1 && ip addr add 10.254.0.1/24 dev vc0 && ip link set vc0 up "
+TEST_HOST = ("ip link add vc0 type veth peer name vc1 && ip addr add 10.254.0.1/24 dev vc0 && ip link set vc0 up "
          "&& ip link set vc1 up")
 
 

@@ -16,7 +16,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError
 
-from netns import DUMMY, LOOPBACK, inside_only, run_inside
+from netns import TEST_HOST, LOOPBACK, inside_only, run_inside
 from test_realtime import (MODEL, PROMPT, TIMEOUT, WORDS, Scripted, Server, run, serve_here,  # noqa: F401 (fixture)
                            tiny_model)
 
@@ -28,7 +28,7 @@ inside = inside_only(OUTER)  # ICE offers the machine's own address, never loopb
 
 @pytest.mark.slow
 def test_calls_inside_a_namespace_of_their_own():
-    run_inside(__file__, OUTER, f"{LOOPBACK} && {DUMMY}", timeout=600)
+    run_inside(__file__, OUTER, f"{LOOPBACK} && {TEST_HOST}", timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: F401  (skips without c
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from test_realtime import PROMPT, WORDS, tiny_model  # noqa: E402, F401 (a fixture)
-from netns import DUMMY, LOOPBACK, inside_only, run_inside  # noqa: E402
+from netns import TEST_HOST, LOOPBACK, inside_only, run_inside  # noqa: E402
 from test_webrtc import RECORDING, turn_server  # noqa: E402, F401 (a fixture)
 
 OUTER = "test_the_browser_calls_inside_a_namespace_of_its_own"
@@ -42,7 +42,7 @@ CALL = """async ({url, instructions}) => {
 
 
 def test_the_browser_calls_inside_a_namespace_of_its_own():
-    run_inside(__file__, OUTER, f"{LOOPBACK} && {DUMMY}", timeout=600)
+    run_inside(__file__, OUTER, f"{LOOPBACK} && {TEST_HOST}", timeout=600)
 
 
 @inside_only(OUTER)  # ICE offers the machine's own address, never loopback: tests/netns.py
