@@ -46,8 +46,8 @@ class MarginClock(TickClock):
 class MarginGroup(SessionGroup):
     """A group that keeps, per conversation and position, the top-2 margin of its text (and function) logits."""
 
-    def __init__(self, model, max_sessions: int):
-        super().__init__(model, max_sessions)
+    def __init__(self, model, max_sessions: int, max_minutes=None):
+        super().__init__(model, max_sessions, max_minutes)
         self.pending: list = []  # (rows of a tick, top-2 of each head's logits), read once the tick is evaluated
 
     def _clock(self, rows: list) -> TickClock:
@@ -88,9 +88,9 @@ def conversation(model, i: int, group: MarginGroup) -> Recorded:
     return Recorded(model, PROMPTS[i % len(PROMPTS)], i, group=group)
 
 
-def run_together(model, n: int, x: np.ndarray, frames: int) -> list[Recorded]:
+def run_together(model, n: int, x: np.ndarray, frames: int, max_minutes=None) -> list[Recorded]:
     """N conversations joining STAGGER ticks apart, each pushed 80 ms a tick, then each flushed."""
-    group = MarginGroup(model, n)
+    group = MarginGroup(model, n, max_minutes)
     step = round(FRAME * RATE)
     sessions, fed = [], []
     tick = 0
@@ -181,13 +181,16 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--sessions", type=int, default=8, help="conversations at once (default 8)")
     p.add_argument("--frames", type=int, default=100, help="80 ms of input per conversation (default 100)")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="each conversation's most, which the group's admission reserves memory for (default: the "
+                        "timeline's limit; 64 full-size conversations need a cap to fit an H200)")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     if a.sessions < 1 or a.frames < 1:
         p.error("--sessions and --frames must be at least 1")
     model = load(a.model)
     x = bench_input(OFFSET * a.sessions + a.frames)
-    together = run_together(model, a.sessions, x, a.frames)
+    together = run_together(model, a.sessions, x, a.frames, a.max_minutes)
     report = {"model": a.model, "device": str(mx.default_device()), "mlx": mx.__version__, "sessions": a.sessions,
               "frames": a.frames, "conversations": [compare(s, run_alone(model, i, x, a.frames))
                                                     for i, s in enumerate(together)]}

@@ -226,5 +226,6 @@ def test_op_rows_and_op_trace_find_each_row_as_alone_on_the_cpu(tmp_path):
     trace = run("-m", "bench.op_trace", "--model", TINY, "--rows", "2", "--ticks", "1", "--json", tmp_path / "t.json")
     ops = json.loads((tmp_path / "t.json").read_text())["ops"]
     watched = {o["op"] for o in ops}
-    assert {"matmul", "conv2d", "scaled_dot_product_attention", "layer_norm", "rfft"} <= watched, trace
+    # no conv: the subsampling's are a product and elementwise taps (voicechat/stt/fastconformer.py)
+    assert {"matmul", "scaled_dot_product_attention", "layer_norm", "rfft"} <= watched, trace
     assert all(o["differ"] == 0 for o in ops), trace

@@ -303,6 +303,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
     checked_output(a.json, "--json", a.overwrite)
     if not a.demo and a.model is None:
         raise UsageError("bench needs --model DIR (a checkpoint) or --demo")
+    if a.max_minutes is not None and not a.sessions:
+        raise UsageError("bench's --max-minutes goes with --sessions (a group's admission)")
     with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
         if a.demo:
             from .random_checkpoint import write_tiny_checkpoint
@@ -570,6 +572,9 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b.add_argument("--sessions", type=session_counts, default=None, metavar="N,N,...",
                    help="instead: that many conversations at once on the model, staggered, per count: tick p50/p95/"
                         "p99/max, ms per conversation, memory (voicechat/benchmarks/sessions.py)")
+    b.add_argument("--max-minutes", type=float, default=None, metavar="MIN",
+                   help="with --sessions: each conversation's most minutes, which admission reserves memory for, as "
+                        "serve's option (default: the timeline's 10.9; docs/batching.md §4)")
     add_overwrite_argument(b)
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)

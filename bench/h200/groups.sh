@@ -5,7 +5,8 @@
 # each of RUN (default "sessions rows exactness joins"), and brings back within WAIT seconds (default 420) each one's
 # log and JSON and the kernel cache. `bash bench/h200/groups.sh collect` (a later call, the machine still warm) brings
 # back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8: one run per
-# count named), PROMPTS (1,128), OPROWS (8).
+# count named; a run named exactness:N is that count alone), PROMPTS (1,128), OPROWS (8), MAXMIN (the sessions' and
+# exactness runs' --max-minutes), TEXACT (each exactness run's limit, 240 s).
 # RUN may also name: dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
 # host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
@@ -18,6 +19,7 @@
 set -o pipefail
 . bench/h200/env.sh
 CK=$HOME/vc_full
+CAP=${MAXMIN:+--max-minutes $MAXMIN}  # each conversation's most minutes: 64 full-size ones fit an H200 only with a cap
 if [ "$1" != collect ]; then
   cat > $HOME/groups_job.sh <<EOS
 cd $PWD; . bench/h200/env.sh >/dev/null
@@ -27,10 +29,11 @@ echo "checkpoint after \$(( \$(date +%s) - T0 )) s"
 for run in ${RUN:-sessions rows exactness joins}; do
   echo "=== \$run \$(date +%T)"
   case \$run in
-    sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions.json ;;
+    sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} $CAP --json \$HOME/sessions.json ;;
     sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
-    exactness) for n in ${EXACT:-8}; do timeout 240 python3 -m bench.group_exactness --model $CK --sessions \$n --frames 40 --json \$HOME/exactness_\$n.json; done ;;
+    exactness*) for n in \$([ "\$run" = exactness ] && echo ${EXACT:-8} || echo \${run#exactness:}); do
+        timeout \${TEXACT:-240} python3 -m bench.group_exactness --model $CK --sessions \$n --frames 40 $CAP --json \$HOME/exactness_\$n.json; done ;;
     kerneltests) timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_rows_kernel.py ;;
     optrace) VOICECHAT_COMPILE=0 timeout 300 python3 -m bench.op_trace --model $CK --rows ${OPROWS:-8} --json \$HOME/op_trace.json ;;
     oprows) for n in ${OPROWS:-8}; do timeout 120 python3 -m bench.op_rows --rows \$n --json \$HOME/op_rows_\$n.json; done ;;

@@ -60,12 +60,12 @@ class CountingGroup(SessionGroup):
         return tick
 
 
-def run_group(model, n: int, frames: int) -> dict:
+def run_group(model, n: int, frames: int, max_minutes=None) -> dict:
     """N staggered conversations, each fed 80 ms a tick from its start until ``frames`` ticks have run with all N past
     their prompts (so every conversation has input through the measured ticks); the statistics of those ticks."""
     from ..timeline.conversation import Session
 
-    group = CountingGroup(model, n)
+    group = CountingGroup(model, n, max_minutes)
     x = bench_input(frames)  # the question repeated; each conversation goes round it from its start
     step = round(FRAME * RATE)
     chunks = len(x) // step
@@ -121,16 +121,16 @@ def run_group(model, n: int, frames: int) -> dict:
             "positions": {"min": min(positions), "max": max(positions)}}
 
 
-def run(model_spec: str, counts: list[int], frames: int) -> dict:
+def run(model_spec: str, counts: list[int], frames: int, max_minutes=None) -> dict:
     from .. import load
 
     model = load(model_spec)
     if compute.compile_enabled():
-        run_group(model, max(counts), 4)  # warm-up: every row count's compiled shapes once
-    rows = [run_group(model, n, frames) for n in counts]
+        run_group(model, max(counts), 4, max_minutes)  # warm-up: every row count's compiled shapes once
+    rows = [run_group(model, n, frames, max_minutes) for n in counts]
     fits = [r["sessions"] for r in rows if r["tick"]["p95"] < FRAME * 1e3]
     return {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
-            "frames": frames, "stagger_ticks": STAGGER, "rows": rows,
+            "frames": frames, "stagger_ticks": STAGGER, "max_minutes": max_minutes, "rows": rows,
             "largest_real_time": max(fits) if fits else 0}
 
 
@@ -151,7 +151,7 @@ def print_table(r: dict) -> None:
 
 
 def main(args) -> int:
-    r = run(args.model, args.sessions, args.frames)
+    r = run(args.model, args.sessions, args.frames, args.max_minutes)
     print_table(r)
     if args.json:
         write_atomically(Path(args.json), json.dumps(r, indent=1).encode("utf-8"))

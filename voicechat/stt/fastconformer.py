@@ -63,6 +63,24 @@ def zero_past_length(x: mx.array, lengths: mx.array) -> mx.array:
     return mx.where(inside.reshape(inside.shape + (1,) * (x.ndim - 2)), x, 0.0)
 
 
+def strided_taps(x: mx.array) -> list[mx.array]:
+    """The 3x3 stride-2 conv's nine inputs over a padded [B, T, F, C]: tap (i, j) holds x[:, 2t + i, 2f + j] for every
+    output (t, f), [B, T', F', C] each, row-major over (i, j) as the conv's weight."""
+    k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
+    t2, f2 = (x.shape[1] - k) // s + 1, (x.shape[2] - k) // s + 1
+    return [x[:, i:i + s * (t2 - 1) + 1:s, j:j + s * (f2 - 1) + 1:s] for i in range(k) for j in range(k)]
+
+
+def depthwise_sum(taps: list[mx.array], weight: mx.array) -> mx.array:
+    """A depthwise conv from its taps: sum over (i, j) of tap * weight[:, i, j, 0], in float32 (as a conv
+    accumulates) and in the taps' order, then in the taps' dtype. weight [C, 3, 3, 1] -> [B, T', F', C]."""
+    w = weight.reshape(weight.shape[0], -1).astype(mx.float32)
+    total = taps[0].astype(mx.float32) * w[:, 0]
+    for n in range(1, len(taps)):
+        total = total + taps[n].astype(mx.float32) * w[:, n]
+    return total.astype(taps[0].dtype)
+
+
 class ConvSubsampling(nn.Module):
     """``pre_encode``: ``conv`` mirrors NeMo's MaskedConvSequential, [conv3x3/2, ReLU, (depthwise 3x3/2, 1x1, ReLU)
     x (log2(factor) - 1)], so the convs sit at indices 0, 2, 3, 5, 6; ``out`` maps channels x frequency to d_model.
@@ -94,17 +112,17 @@ class ConvSubsampling(nn.Module):
         return features[..., None].astype(self.conv[0].weight.dtype)
 
     def strided(self, layer: nn.Conv2d, x: mx.array) -> mx.array:
-        """A stride-2 3x3 conv over a padded [B, T, F, C]. The first one (one input channel) is a product of each
-        item's 3x3 patches with the weight, each item's rows their own (``compute.product``): as one conv, OpenBLAS
-        rounds an item's rows by the batch (docs/batching.md §3). The depthwise ones give each item's numbers as is."""
-        if layer.weight.shape[-1] != 1 or layer.groups != 1:
-            return layer(x)
-        k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
-        b, t, f, _ = x.shape
-        t2, f2 = (t - k) // s + 1, (f - k) // s + 1
-        patches = mx.stack([x[:, i:i + s * (t2 - 1) + 1:s, j:j + s * (f2 - 1) + 1:s, 0]
-                            for i in range(k) for j in range(k)], axis=-1)
-        y = compute.product(patches.reshape(b, t2 * f2, k * k), layer.weight.reshape(layer.weight.shape[0], k * k).T)
+        """A stride-2 3x3 conv over a padded [B, T, F, C], each item's numbers what they are alone, on every device
+        (docs/batching.md §3). The first one (one input channel) is a product of each item's 3x3 patches with the
+        weight, each item's rows their own (``compute.product``): as one conv, OpenBLAS rounds an item's rows by the
+        batch. The depthwise ones are their nine taps added in a fixed order, elementwise: as one conv, cuDNN picks
+        its algorithm by the batch's shape."""
+        taps = strided_taps(x)
+        if layer.groups != 1:
+            return depthwise_sum(taps, layer.weight) + layer.bias
+        b, t2, f2 = taps[0].shape[:3]
+        patches = mx.stack([tap[..., 0] for tap in taps], axis=-1).reshape(b, t2 * f2, len(taps))
+        y = compute.product(patches, layer.weight.reshape(layer.weight.shape[0], len(taps)).T)
         return y.reshape(b, t2, f2, -1) + layer.bias
 
     def unstrided(self, layer: nn.Module, x: mx.array) -> mx.array:
