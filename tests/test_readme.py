@@ -1,8 +1,9 @@
-"""The README's code runs as written: every ```python block, and every `voicechat ...` line of its bash blocks with
-the installed command (a new venv with the package pip-installed from this checkout, as `./setup.sh` leaves `.venv`,
-on the PATH, as `. .venv/bin/activate` puts it), from a folder that has the repository's assets and the `outputs/`
-folder `./setup.sh` makes, with the demo model in place of the 9 GB checkpoint (the README says so above its Python
-blocks). What cannot run here is left out by name, with the reason."""
+"""The README's code runs as written: every ```python block (and docs/tools.md's, the README's tool example), and
+every `voicechat ...` line of its bash blocks with the installed command (a new venv with the package pip-installed
+from this checkout, as `./setup.sh` leaves `.venv`, on the PATH, as `. .venv/bin/activate` puts it), from a folder
+that has the repository's assets and the `outputs/` folder `./setup.sh` makes, with the demo model in place of the
+9 GB checkpoint (the README says so above its Python blocks). What cannot run here is left out by name, with the
+reason."""
 
 import os
 import re
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.slow  # each block is its own process; the Realtime one
 
 REPO = TESTS.parent
 README = (REPO / "README.md").read_text()
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+PYTHON_BLOCKS = [block for page in (README, (REPO / "docs" / "tools.md").read_text())
+                 for block in re.findall(r"```python\n(.*?)```", page, re.S)]
 COMMANDS = [line.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", README, re.S)
             for line in block.splitlines() if line.startswith("voicechat ")]
 LOADS_A_MODEL = ("generate", "batch", "live", "serve", "bench")
