@@ -71,14 +71,39 @@ def strided_taps(x: mx.array) -> list[mx.array]:
     return [x[:, i:i + s * (t2 - 1) + 1:s, j:j + s * (f2 - 1) + 1:s] for i in range(k) for j in range(k)]
 
 
-def depthwise_sum(taps: list[mx.array], weight: mx.array) -> mx.array:
-    """A depthwise conv from its taps: sum over (i, j) of tap * weight[:, i, j, 0], in float32 (as a conv
-    accumulates) and in the taps' order, then in the taps' dtype. weight [C, 3, 3, 1] -> [B, T', F', C]."""
-    w = weight.reshape(weight.shape[0], -1).astype(mx.float32)
-    total = taps[0].astype(mx.float32) * w[:, 0]
-    for n in range(1, len(taps)):
-        total = total + taps[n].astype(mx.float32) * w[:, n]
-    return total.astype(taps[0].dtype)
+class StridedDepthwiseConv(nn.Module):
+    """The subsampling's ``Conv2d(C, C, 3, stride=2, groups=C)``: weight [C, 3, 3, 1] (channels-last), bias [C]. Its
+    nine taps times their weight columns, added in a fixed order in float32 (as a conv accumulates): elementwise, so
+    each item's numbers are what they are alone whatever the batch, on every device; as one conv, cuDNN picks its
+    algorithm by the batch's shape (docs/batching.md §3). Compiled, the sum is one fused kernel."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        k = SUBSAMPLING_KERNEL
+        self.weight = mx.zeros((channels, k, k, 1))
+        self.bias = mx.zeros((channels,))
+        self._taps = compute.Derived()
+
+    def __call__(self, x: mx.array) -> mx.array:
+        # padded [B, T, F, C] -> [B, T', F', C]
+        taps, columns = strided_taps(x.astype(mx.float32)), self.columns()
+        total = taps[0] * columns[0]
+        for tap, column in zip(taps[1:], columns[1:]):
+            total = total + tap * column
+        return total.astype(x.dtype) + self.bias
+
+    def columns(self) -> list[mx.array]:
+        """The nine weight columns [C] in float32, each its own array, made once per loaded weight."""
+        k = SUBSAMPLING_KERNEL
+        return self._taps.of(self.weight, lambda w: [mx.contiguous(w[:, i, j, 0].astype(mx.float32))
+                                                     for i in range(k) for j in range(k)])
+
+    def prepare(self) -> list[mx.array]:
+        return self.columns()
+
+
+def is_strided(layer: nn.Module) -> bool:
+    return isinstance(layer, StridedDepthwiseConv) or (isinstance(layer, nn.Conv2d) and layer.stride != (1, 1))
 
 
 class ConvSubsampling(nn.Module):
@@ -97,8 +122,7 @@ class ConvSubsampling(nn.Module):
         k, s = SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
         conv: list[nn.Module] = [nn.Conv2d(1, channels, k, stride=s), nn.ReLU()]
         for _ in range(steps - 1):
-            depthwise = nn.Conv2d(channels, channels, k, stride=s, groups=channels)
-            conv += [depthwise, nn.Conv2d(channels, channels, 1), nn.ReLU()]
+            conv += [StridedDepthwiseConv(channels), nn.Conv2d(channels, channels, 1), nn.ReLU()]
         self.conv = conv
         freq = cfg.feat_in
         for _ in range(steps):
@@ -111,15 +135,14 @@ class ConvSubsampling(nn.Module):
         input would make every matmul convert its bfloat16 weight, every frame."""
         return features[..., None].astype(self.conv[0].weight.dtype)
 
-    def strided(self, layer: nn.Conv2d, x: mx.array) -> mx.array:
-        """A stride-2 3x3 conv over a padded [B, T, F, C], each item's numbers what they are alone, on every device
+    def strided(self, layer: nn.Module, x: mx.array) -> mx.array:
+        """A stride-2 3x3 conv over a padded [B, T, F, C], each item's numbers what they are alone on every device
         (docs/batching.md §3). The first one (one input channel) is a product of each item's 3x3 patches with the
         weight, each item's rows their own (``compute.product``): as one conv, OpenBLAS rounds an item's rows by the
-        batch. The depthwise ones are their nine taps added in a fixed order, elementwise: as one conv, cuDNN picks
-        its algorithm by the batch's shape."""
+        batch. The depthwise ones are :class:`StridedDepthwiseConv`."""
+        if isinstance(layer, StridedDepthwiseConv):
+            return layer(x)
         taps = strided_taps(x)
-        if layer.groups != 1:
-            return depthwise_sum(taps, layer.weight) + layer.bias
         b, t2, f2 = taps[0].shape[:3]
         patches = mx.stack([tap[..., 0] for tap in taps], axis=-1).reshape(b, t2 * f2, len(taps))
         y = compute.product(patches, layer.weight.reshape(layer.weight.shape[0], len(taps)).T)
@@ -142,7 +165,7 @@ class ConvSubsampling(nn.Module):
         left, right = subsampling_padding(self.causal)
         x = zero_past_length(x, lengths)
         for layer in self.conv:
-            if isinstance(layer, nn.Conv2d) and layer.stride != (1, 1):
+            if is_strided(layer):
                 x = self.strided(layer, mx.pad(x, [(0, 0), (left, right), (left, right), (0, 0)]))
                 lengths = strided_length(lengths, self.causal)
             else:
@@ -528,10 +551,6 @@ def check_streamable(cfg: EncoderConfig) -> None:
     if not cfg.causal_downsampling or context_reach(cfg, 1 << 30)[1] != 0:
         raise ConfigError("this checkpoint's speech encoder looks ahead (non-causal subsampling or right attention "
                           "context), so it cannot listen frame by frame")
-
-
-def is_strided(layer: nn.Module) -> bool:
-    return isinstance(layer, nn.Conv2d) and layer.stride != (1, 1)
 
 
 def zero_rows_from(x: mx.array, start: int, length: Optional[int]) -> mx.array:
