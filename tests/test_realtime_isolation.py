@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import multiprocessing
 import re
@@ -251,8 +252,10 @@ def test_errors_quote_a_prefix_and_the_log_stays_small(server, alone):
     assert log.count("invalid_value") + log.count("event_too_large") == 20 and "522 error events in all" in log
 
 
-def raw_sockets(server: Server, count: int, send: bytes) -> list[socket.socket]:
-    host, port = re.match(r"ws://([^:/]+):(\d+)", server.ws_url).groups()
+def raw_sockets(server, count: int, send: bytes) -> list[socket.socket]:
+    """``count`` TCP connections to ``server`` (a Server, or the app's URL) that send ``send`` and nothing more."""
+    url = server if isinstance(server, str) else server.ws_url
+    host, port = re.match(r"\w+://([^:/]+):(\d+)", url).groups()
     sockets = []
     for _ in range(count):
         sock = socket.create_connection((host, int(port)))
@@ -273,6 +276,20 @@ def closed_by_server(sockets: list[socket.socket], timeout: float) -> int:
         except socket.timeout:
             pass
         sock.close()
+    return closed
+
+
+def closed_now(sockets: list[socket.socket]) -> int:
+    """How many of ``sockets`` the server has closed by now."""
+    closed = 0
+    for sock in sockets:
+        sock.setblocking(False)
+        try:
+            closed += sock.recv(1024) == b""
+        except ConnectionResetError:
+            closed += 1
+        except BlockingIOError:
+            pass
     return closed
 
 
@@ -312,3 +329,44 @@ def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):
         log = capped.log_text()
         assert log.count("connections are open, the cap") == 1
         assert "Too many open files" not in log and "Traceback" not in log
+
+
+def test_the_apps_server_has_the_same_socket_bounds(tmp_path):
+    """app.py serves /v1/realtime on the server Gradio starts, which had neither bound. Its connections that send
+    nothing or half a request are closed within the deadline; past the cap a new one is closed at once with one log
+    line, while a connection that came before still gets /health answered."""
+    from test_app import http_status, start_app, stop, wait_for
+
+    limit = RESERVED_DESCRIPTORS + 150
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    half = b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+    proc, url, log = start_app(tmp_path, "--demo", preexec_fn=low_limit, HF_HUB_OFFLINE="1",
+                               HF_HOME=str(tmp_path / "hf"))
+    try:
+        host, port = re.match(r"http://([^:/]+):(\d+)", url).groups()
+        # the bounds hold from when launch() has returned: the app prints its URL then (docs/limits.md §2)
+        wait_for(lambda: "Running on local URL" in log.read_text(), "the start-up lines")
+        wait_for(lambda: http_status(url + "health") == 200, "the model", timeout=120)
+        before = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)  # keep-alive, from before the flood
+        before.request("GET", "/health")
+        first = before.getresponse()
+        assert (first.status, json.loads(first.read())["ready"]) == (200, True)
+        held = raw_sockets(url, 60, b"") + raw_sockets(url, 60, half)  # under the cap: held until the deadline
+        past = raw_sockets(url, 100, b"")  # the cap is reached among these
+        time.sleep(1.0)
+        cap = limit - RESERVED_DESCRIPTORS
+        assert closed_now(past) == 1 + len(held) + len(past) - cap  # past the cap: closed at once
+        before.request("GET", "/health")
+        answer = before.getresponse()
+        assert (answer.status, json.loads(answer.read())["ready"]) == (200, True)
+        deadline = time.monotonic() + 2 * REQUEST_SECONDS + 2
+        assert sum(closed_by_server([s], deadline - time.monotonic()) for s in held) == len(held)
+        assert http_status(url + "health") == 200  # a new connection once they have gone
+        text = log.read_text()
+        assert text.count("connections are open, the cap") == 1
+        assert "Too many open files" not in text and "Traceback" not in text
+    finally:
+        stop(proc)
