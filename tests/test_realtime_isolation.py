@@ -28,6 +28,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from voicechat.realtime import RATE  # noqa: E402
+from voicechat.realtime.bounds import MAX_EVENT_CHARS, check_message, unparsed_append  # noqa: E402
 from voicechat.realtime.sockets import REQUEST_SECONDS, RESERVED_DESCRIPTORS  # noqa: E402
 
 SECONDS = 4.0  # each bystander's audio
@@ -203,6 +204,30 @@ def test_audio_far_ahead_of_real_time_is_refused(server, alone):
     assert "the limit is 2 s" in errors[0]["message"]
 
 
+def test_a_large_append_is_known_from_its_rest_as_json_reads_it():
+    """A large append's pace is checked before its megabytes are parsed (a 14 MB one took the event loop about 50 ms
+    to parse): ``unparsed_append`` tells it from the rest of the message alone, and says yes exactly where json
+    reads an input_audio_buffer.append whose audio is the string ``check_message`` found."""
+    big = base64.b64encode(noise(0).tobytes() * 8).decode()  # over MAX_EVENT_CHARS, with "/" and "+" in it
+    assert len(big) > MAX_EVENT_CHARS and "/" in big
+    append = {"type": "input_audio_buffer.append", "audio": big}
+    messages = [json.dumps(append), json.dumps({"event_id": "e", **append}), json.dumps({"audio": big, "type":
+                append["type"], "event_id": "x"}), json.dumps({**append, "type": "voicechat.voice.add", "name": "n"}),
+                json.dumps(append).replace("/", "\\/"),  # the same audio, its slashes escaped as some encoders do
+                json.dumps({"type": append["type"], "x": {"audio": big}, "audio": "AAAA"}),
+                json.dumps({"type": append["type"], "x": {"audio": big}, "audio": "AAAA"})[:-1]]  # not JSON
+    expected = []
+    for text in messages:
+        start, end = check_message(text)
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = {}
+        expected.append(event.get("type") == append["type"] and event.get("audio") == text[start:end])
+        assert unparsed_append(text, (start, end)) == expected[-1]
+    assert expected == [True, True, True, False, False, False, False]
+
+
 def test_one_sample_now_and_then_does_not_hold_a_slot(server, alone):
     """Any append, one sample too, reset the idle clock: four such clients held every slot forever. An append
     winds the clock back by the seconds it carries, so such a client is closed after about the idle timeout."""
@@ -250,6 +275,43 @@ def test_errors_quote_a_prefix_and_the_log_stays_small(server, alone):
     assert "'tttttttt" in errors[0]["message"] and "(900002 characters)" in errors[0]["message"]
     log = server.log_text()[mark:]
     assert log.count("invalid_value") + log.count("event_too_large") == 20 and "522 error events in all" in log
+
+
+def test_a_client_that_sends_but_never_reads_is_closed(server, alone):
+    """A client that never read but kept sending small bad events made the server queue an error event for each,
+    without bound: the "not reading" guard counted answer audio only. Once MAX_UNSENT_EVENTS events (or
+    MAX_UNSENT_CHARS characters) of any kind wait unsent, the connection is closed with 1008 "not reading"."""
+    bad = json.dumps({"type": "?" * 64, "event_id": "e" * 128})  # each gets an error event of about 700 characters
+    host, port = re.match(r"ws://([^:/]+):(\d+)", server.ws_url).groups()
+
+    async def attack():
+        mark = server.mark()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # what the kernel reads for it stays small
+        sock.connect((host, int(port)))
+        # uncompressed: the kernel's buffers take few of the error events, and the rest queue in the server
+        async with connect(server.ws_url, sock=sock, compression=None) as ws:
+            ws.transport.pause_reading()  # from here on it reads nothing
+
+            async def send():
+                for _ in range(50_000):
+                    await ws.send(bad)
+
+            sender = asyncio.create_task(send())
+            line = await asyncio.to_thread(server.wait_for_log, "closed: the client does not read", mark)
+            sent = sender.done()
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            ws.transport.resume_reading()
+            with pytest.raises(ConnectionClosed) as closed:  # now it reads: what was sent, then the close
+                while True:
+                    await asyncio.wait_for(ws.recv(), TIMEOUT)
+            return line, sent, (closed.value.rcvd.code, closed.value.rcvd.reason)
+
+    line, sent, close = isolated(server, alone, attack)
+    assert not sent  # closed before the 50,000 were all taken
+    assert close == (1008, "not reading")
+    assert re.search(r"\(\d+ events of \d+ characters unsent, the limit is 4096 events or 4194304 characters\)", line)
 
 
 def raw_sockets(server, count: int, send: bytes) -> list[socket.socket]:
