@@ -185,6 +185,20 @@ def test_a_deep_schema_is_refused_before_it_is_built(server, alone):
     assert all("deeper than 16 levels" in e["message"] for e in errors)
 
 
+def test_a_long_tool_output_is_refused_before_the_engine_reads_it(server, alone):
+    """A tool output was tokenized in full on the engine thread before it was cut to 512 tokens (1.73 s per MiB: a
+    15 MiB function_call_output would have stalled every conversation about 26 s). One of 15 MiB is refused unparsed,
+    one under the event bound by its length, before the engine sees either."""
+    def output(chars: int) -> str:
+        return json.dumps({"type": "conversation.item.create", "item": {"type": "function_call_output",
+                                                                        "call_id": "call_1", "output": "o" * chars}})
+
+    errors = isolated(server, alone, lambda: hostile(server, output(15 * 2 ** 20), output(1_000_000), errors=2))
+    assert [(e["code"], e.get("param")) for e in errors] == [("event_too_large", None), ("invalid_value",
+                                                                                       "item.output")]
+    assert "1000000 characters" in errors[1]["message"]
+
+
 def test_audio_far_ahead_of_real_time_is_refused(server, alone):
     """One valid 14 MB append (minutes of audio) was taken at once: the others got a 2.5 s gap and fell 11 s behind.
     Audio may run at most 2 s ahead of real time; the rest is refused, never buffered."""
