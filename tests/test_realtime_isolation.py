@@ -407,10 +407,11 @@ def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):
         assert "Too many open files" not in log and "Traceback" not in log
 
 
-def test_the_apps_server_has_the_same_socket_bounds(tmp_path):
+def test_the_apps_server_has_the_same_socket_bounds(tmp_path, alone):
     """app.py serves /v1/realtime on the server Gradio starts, which had neither bound. Its connections that send
     nothing or half a request are closed within the deadline; past the cap a new one is closed at once with one log
-    line, while a connection that came before still gets /health answered."""
+    line, while two conversations on the app go on as alone and a connection that came before still gets /health
+    answered."""
     from test_app import http_status, start_app, stop, wait_for
 
     limit = RESERVED_DESCRIPTORS + 150
@@ -427,20 +428,34 @@ def test_the_apps_server_has_the_same_socket_bounds(tmp_path):
         wait_for(lambda: "Running on local URL" in log.read_text(), "the start-up lines")
         wait_for(lambda: http_status(url + "health") == 200, "the model", timeout=120)
         before = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)  # keep-alive, from before the flood
-        before.request("GET", "/health")
-        first = before.getresponse()
-        assert (first.status, json.loads(first.read())["ready"]) == (200, True)
-        held = raw_sockets(url, 60, b"") + raw_sockets(url, 60, half)  # under the cap: held until the deadline
-        past = raw_sockets(url, 100, b"")  # the cap is reached among these
-        time.sleep(1.0)
-        cap = limit - RESERVED_DESCRIPTORS
-        assert closed_now(past) == 1 + len(held) + len(past) - cap  # past the cap: closed at once
-        before.request("GET", "/health")
-        answer = before.getresponse()
-        assert (answer.status, json.loads(answer.read())["ready"]) == (200, True)
-        deadline = time.monotonic() + 2 * REQUEST_SECONDS + 2
+        memory, size = resident_kib(proc.pid), log.stat().st_size
+
+        async def attack():  # on a thread of this process: the sockets stay open here
+            before.request("GET", "/health")
+            first = before.getresponse()
+            assert (first.status, json.loads(first.read())["sessions"]) == (200, 2)  # the two bystanders
+            start = time.monotonic()
+            held = raw_sockets(url, 60, b"") + raw_sockets(url, 60, half)  # under the cap: held until the deadline
+            past = raw_sockets(url, 100, b"")  # the cap is reached among these
+            time.sleep(1.0)
+            refused = closed_now(past)
+            before.request("GET", "/health")
+            answer = before.getresponse()
+            return start, held, refused, answer.status, json.loads(answer.read())
+
+        print(f"\nthe bystanders alone on the app: largest gap {asyncio.run(beside(url + 'v1'))[1]:.3f} s")
+        frames, gap, (start, held, refused, status, health) = asyncio.run(beside(url + "v1", attack, False))
+        print(f"largest gap on the app beside the flood {gap:.3f} s")
+        assert refused == 1 + 2 + len(held) + 100 - (limit - RESERVED_DESCRIPTORS)  # past the cap: closed at once
+        assert status == 200 and health["sessions"] == 2
+        deadline = start + 2 * REQUEST_SECONDS + 2
         assert sum(closed_by_server([s], deadline - time.monotonic()) for s in held) == len(held)
+        for got, expected in zip(frames, alone):
+            assert len(got) >= SECONDS / 0.08 - 3 and got == expected[:len(got)]
+        assert gap < MAX_GAP
         assert http_status(url + "health") == 200  # a new connection once they have gone
+        wait_for(lambda: resident_kib(proc.pid) - memory <= MEMORY_BOUND_KIB, "the memory to come back", 10)
+        assert log.stat().st_size - size < LOG_BOUND
         text = log.read_text()
         assert text.count("connections are open, the cap") == 1
         assert "Too many open files" not in text and "Traceback" not in text
