@@ -31,6 +31,7 @@ import gradio as gr  # noqa: E402
 from voicechat import engine as eng  # noqa: E402
 from voicechat.errors import ConfigError, ModelUnavailable, VoiceChatError  # noqa: E402
 from voicechat.limits import DEFAULT_DRAIN_SECONDS, SettingError, check_range  # noqa: E402
+from voicechat.realtime import sockets  # noqa: E402
 from voicechat.realtime.drain import run_until_stopped  # noqa: E402
 from voicechat.webui import talk, timeline  # noqa: E402
 from voicechat.webui.record import NVIDIA_PROMPT, RTF_MEANING, RecordAndRun, load_examples  # noqa: E402
@@ -217,14 +218,17 @@ def serve_paths(outputs: Path) -> list[str]:
 
 
 def launch(demo: gr.Blocks, outputs: Path, uploads_cap_bytes: int = UPLOADS_CAP_BYTES, **kwargs):
-    """Serve the page; files go out as audio or downloads, and the uploads keep to ``uploads_cap_bytes``, oldest
-    removed first (voicechat/webui/uploads.py)."""
+    """Serve the page and return at once (the server runs on Gradio's thread); files go out as audio or downloads,
+    and the uploads keep to ``uploads_cap_bytes``, oldest removed first (voicechat/webui/uploads.py)."""
     from starlette.middleware import Middleware
 
     guard = Middleware(FileGuard, uploads=uploads_folder(outputs), cap_bytes=uploads_cap_bytes, keep=(EXAMPLES_CACHE,))
-    return demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
-                       js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
-                       app_kwargs={**talk.app_kwargs(demo), "middleware": [*key_guard(demo), guard]}, **kwargs)
+    launched = demo.launch(allowed_paths=serve_paths(outputs), run_history=False, max_file_size="200mb", css=CSS,
+                           js=SHORTCUTS_JS, theme=gr.themes.Soft(primary_hue="orange", secondary_hue="blue"),
+                           app_kwargs={**talk.app_kwargs(demo), "middleware": [*key_guard(demo), guard]},
+                           **{**kwargs, "prevent_thread_lock": True})
+    sockets.guard(demo.server)  # serve's request deadline and connection cap (docs/limits.md §2)
+    return launched
 
 
 def key_guard(demo: gr.Blocks) -> list:
@@ -327,7 +331,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     demo = build_app(engine, outputs=args.outputs, demo_mode=args.demo, api_key=args.api_key)
     # Gradio's own start-up lines would tell to set `share=True` in `launch()`: here it is the --share flag
     launch(demo, args.outputs, uploads_cap_bytes=round(args.max_uploads_mb * 2 ** 20), server_name=args.host,
-           server_port=args.port, share=args.share, quiet=True, prevent_thread_lock=True)
+           server_port=args.port, share=args.share, quiet=True)
     print(f"* Running on local URL:  {demo.local_url}")
     print(f"* Running on public URL: {demo.share_url}" if demo.share_url else
           "* To create a public link too, start the app with --share.", flush=True)

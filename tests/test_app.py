@@ -602,14 +602,16 @@ def voicechat_config():
 # ---------------------------------------------------------------------------------------------------------------
 # python app.py --demo, end to end
 # ---------------------------------------------------------------------------------------------------------------
-def start_app(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Popen, str, Path]:
-    """`python app.py ARGS` on a free port; returns (process, url, log file) once it serves pages."""
+def start_app(tmp_path: Path, *args: str, preexec_fn=None, **env: str) -> tuple[subprocess.Popen, str, Path]:
+    """`python app.py ARGS` on a free port (``preexec_fn``: run in the child before it starts, as Popen's); returns
+    (process, url, log file) once it serves pages."""
     port = free_port()
     log = tmp_path / "app.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(app.APP_DIR / "app.py"), *args, "--port", str(port),
                                  "--outputs", str(tmp_path / "outputs")], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env}, cwd=tmp_path)
+                                env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env}, cwd=tmp_path,
+                                preexec_fn=preexec_fn)
     url = f"http://127.0.0.1:{port}/"
     wait_for(lambda: proc.poll() is not None or http_status(url) == 200, "the app to start", timeout=120)
     assert proc.poll() is None, log.read_text()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import multiprocessing
 import re
@@ -27,6 +28,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from voicechat.realtime import RATE  # noqa: E402
+from voicechat.realtime.bounds import MAX_EVENT_CHARS, check_message, unparsed_append  # noqa: E402
 from voicechat.realtime.sockets import REQUEST_SECONDS, RESERVED_DESCRIPTORS  # noqa: E402
 
 SECONDS = 4.0  # each bystander's audio
@@ -183,6 +185,20 @@ def test_a_deep_schema_is_refused_before_it_is_built(server, alone):
     assert all("deeper than 16 levels" in e["message"] for e in errors)
 
 
+def test_a_long_tool_output_is_refused_before_the_engine_reads_it(server, alone):
+    """A tool output was tokenized in full on the engine thread before it was cut to 512 tokens (1.73 s per MiB: a
+    15 MiB function_call_output would have stalled every conversation about 26 s). One of 15 MiB is refused unparsed,
+    one under the event bound by its length, before the engine sees either."""
+    def output(chars: int) -> str:
+        return json.dumps({"type": "conversation.item.create", "item": {"type": "function_call_output",
+                                                                        "call_id": "call_1", "output": "o" * chars}})
+
+    errors = isolated(server, alone, lambda: hostile(server, output(15 * 2 ** 20), output(1_000_000), errors=2))
+    assert [(e["code"], e.get("param")) for e in errors] == [("event_too_large", None), ("invalid_value",
+                                                                                       "item.output")]
+    assert "1000000 characters" in errors[1]["message"]
+
+
 def test_audio_far_ahead_of_real_time_is_refused(server, alone):
     """One valid 14 MB append (minutes of audio) was taken at once: the others got a 2.5 s gap and fell 11 s behind.
     Audio may run at most 2 s ahead of real time; the rest is refused, never buffered."""
@@ -200,6 +216,30 @@ def test_audio_far_ahead_of_real_time_is_refused(server, alone):
     # the 4.8 minutes, then the third second (two are within 2 s); nothing else
     assert [(e["code"], e["param"]) for e in errors[:2]] == [("audio_ahead_of_time", "audio")] * 2
     assert "the limit is 2 s" in errors[0]["message"]
+
+
+def test_a_large_append_is_known_from_its_rest_as_json_reads_it():
+    """A large append's pace is checked before its megabytes are parsed (a 14 MB one took the event loop about 50 ms
+    to parse): ``unparsed_append`` tells it from the rest of the message alone, and says yes exactly where json
+    reads an input_audio_buffer.append whose audio is the string ``check_message`` found."""
+    big = base64.b64encode(noise(0).tobytes() * 8).decode()  # over MAX_EVENT_CHARS, with "/" and "+" in it
+    assert len(big) > MAX_EVENT_CHARS and "/" in big
+    append = {"type": "input_audio_buffer.append", "audio": big}
+    messages = [json.dumps(append), json.dumps({"event_id": "e", **append}), json.dumps({"audio": big, "type":
+                append["type"], "event_id": "x"}), json.dumps({**append, "type": "voicechat.voice.add", "name": "n"}),
+                json.dumps(append).replace("/", "\\/"),  # the same audio, its slashes escaped as some encoders do
+                json.dumps({"type": append["type"], "x": {"audio": big}, "audio": "AAAA"}),
+                json.dumps({"type": append["type"], "x": {"audio": big}, "audio": "AAAA"})[:-1]]  # not JSON
+    expected = []
+    for text in messages:
+        start, end = check_message(text)
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = {}
+        expected.append(event.get("type") == append["type"] and event.get("audio") == text[start:end])
+        assert unparsed_append(text, (start, end)) == expected[-1]
+    assert expected == [True, True, True, False, False, False, False]
 
 
 def test_one_sample_now_and_then_does_not_hold_a_slot(server, alone):
@@ -251,8 +291,47 @@ def test_errors_quote_a_prefix_and_the_log_stays_small(server, alone):
     assert log.count("invalid_value") + log.count("event_too_large") == 20 and "522 error events in all" in log
 
 
-def raw_sockets(server: Server, count: int, send: bytes) -> list[socket.socket]:
+def test_a_client_that_sends_but_never_reads_is_closed(server, alone):
+    """A client that never read but kept sending small bad events made the server queue an error event for each,
+    without bound: the "not reading" guard counted answer audio only. Once MAX_UNSENT_EVENTS events (or
+    MAX_UNSENT_CHARS characters) of any kind wait unsent, the connection is closed with 1008 "not reading"."""
+    bad = json.dumps({"type": "?" * 64, "event_id": "e" * 128})  # each gets an error event of about 700 characters
     host, port = re.match(r"ws://([^:/]+):(\d+)", server.ws_url).groups()
+
+    async def attack():
+        mark = server.mark()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # what the kernel reads for it stays small
+        sock.connect((host, int(port)))
+        # uncompressed: the kernel's buffers take few of the error events, and the rest queue in the server
+        async with connect(server.ws_url, sock=sock, compression=None) as ws:
+            ws.transport.pause_reading()  # from here on it reads nothing
+
+            async def send():
+                for _ in range(50_000):
+                    await ws.send(bad)
+
+            sender = asyncio.create_task(send())
+            line = await asyncio.to_thread(server.wait_for_log, "closed: the client does not read", mark)
+            sent = sender.done()
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            ws.transport.resume_reading()
+            with pytest.raises(ConnectionClosed) as closed:  # now it reads: what was sent, then the close
+                while True:
+                    await asyncio.wait_for(ws.recv(), TIMEOUT)
+            return line, sent, (closed.value.rcvd.code, closed.value.rcvd.reason)
+
+    line, sent, close = isolated(server, alone, attack)
+    assert not sent  # closed before the 50,000 were all taken
+    assert close == (1008, "not reading")
+    assert re.search(r"\(\d+ events of \d+ characters unsent, the limit is 4096 events or 4194304 characters\)", line)
+
+
+def raw_sockets(server, count: int, send: bytes) -> list[socket.socket]:
+    """``count`` TCP connections to ``server`` (a Server, or the app's URL) that send ``send`` and nothing more."""
+    url = server if isinstance(server, str) else server.ws_url
+    host, port = re.match(r"\w+://([^:/]+):(\d+)", url).groups()
     sockets = []
     for _ in range(count):
         sock = socket.create_connection((host, int(port)))
@@ -273,6 +352,20 @@ def closed_by_server(sockets: list[socket.socket], timeout: float) -> int:
         except socket.timeout:
             pass
         sock.close()
+    return closed
+
+
+def closed_now(sockets: list[socket.socket]) -> int:
+    """How many of ``sockets`` the server has closed by now."""
+    closed = 0
+    for sock in sockets:
+        sock.setblocking(False)
+        try:
+            closed += sock.recv(1024) == b""
+        except ConnectionResetError:
+            closed += 1
+        except BlockingIOError:
+            pass
     return closed
 
 
@@ -312,3 +405,59 @@ def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):
         log = capped.log_text()
         assert log.count("connections are open, the cap") == 1
         assert "Too many open files" not in log and "Traceback" not in log
+
+
+def test_the_apps_server_has_the_same_socket_bounds(tmp_path, alone):
+    """app.py serves /v1/realtime on the server Gradio starts, which had neither bound. Its connections that send
+    nothing or half a request are closed within the deadline; past the cap a new one is closed at once with one log
+    line, while two conversations on the app go on as alone and a connection that came before still gets /health
+    answered."""
+    from test_app import http_status, start_app, stop, wait_for
+
+    limit = RESERVED_DESCRIPTORS + 150
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    half = b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+    proc, url, log = start_app(tmp_path, "--demo", preexec_fn=low_limit, HF_HUB_OFFLINE="1",
+                               HF_HOME=str(tmp_path / "hf"))
+    try:
+        host, port = re.match(r"http://([^:/]+):(\d+)", url).groups()
+        # the bounds hold from when launch() has returned: the app prints its URL then (docs/limits.md §2)
+        wait_for(lambda: "Running on local URL" in log.read_text(), "the start-up lines")
+        wait_for(lambda: http_status(url + "health") == 200, "the model", timeout=120)
+        before = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)  # keep-alive, from before the flood
+        memory, size = resident_kib(proc.pid), log.stat().st_size
+
+        async def attack():  # on a thread of this process: the sockets stay open here
+            before.request("GET", "/health")
+            first = before.getresponse()
+            assert (first.status, json.loads(first.read())["sessions"]) == (200, 2)  # the two bystanders
+            start = time.monotonic()
+            held = raw_sockets(url, 60, b"") + raw_sockets(url, 60, half)  # under the cap: held until the deadline
+            past = raw_sockets(url, 100, b"")  # the cap is reached among these
+            time.sleep(1.0)
+            refused = closed_now(past)
+            before.request("GET", "/health")
+            answer = before.getresponse()
+            return start, held, refused, answer.status, json.loads(answer.read())
+
+        print(f"\nthe bystanders alone on the app: largest gap {asyncio.run(beside(url + 'v1'))[1]:.3f} s")
+        frames, gap, (start, held, refused, status, health) = asyncio.run(beside(url + "v1", attack, False))
+        print(f"largest gap on the app beside the flood {gap:.3f} s")
+        assert refused == 1 + 2 + len(held) + 100 - (limit - RESERVED_DESCRIPTORS)  # past the cap: closed at once
+        assert status == 200 and health["sessions"] == 2
+        deadline = start + 2 * REQUEST_SECONDS + 2
+        assert sum(closed_by_server([s], deadline - time.monotonic()) for s in held) == len(held)
+        for got, expected in zip(frames, alone):
+            assert len(got) >= SECONDS / 0.08 - 3 and got == expected[:len(got)]
+        assert gap < MAX_GAP
+        assert http_status(url + "health") == 200  # a new connection once they have gone
+        wait_for(lambda: resident_kib(proc.pid) - memory <= MEMORY_BOUND_KIB, "the memory to come back", 10)
+        assert log.stat().st_size - size < LOG_BOUND
+        text = log.read_text()
+        assert text.count("connections are open, the cap") == 1
+        assert "Too many open files" not in text and "Traceback" not in text
+    finally:
+        stop(proc)

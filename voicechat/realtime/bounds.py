@@ -4,6 +4,7 @@ its audio, and the client's event id an error echoes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..limits import MAX_PROMPT_CHARS
@@ -21,10 +22,11 @@ MAX_SCHEMA_DEPTH = 16  # objects and lists nested in one tool declaration
 MAX_EVENT_ID_CHARS = 128  # what an error event echoes of the client's event_id
 
 
-def check_message(text: str) -> None:
+def check_message(text: str) -> tuple[int, int]:
     """Before parsing: a message over MAX_EVENT_CHARS must be one whose ``"audio"`` string makes up the excess (only
     the audio events' may be large), and the rest may hold at most MAX_EVENT_VALUES JSON values (each one an object
-    once parsed; 140,000 tools once were all built before their count was checked). Else refused unparsed."""
+    once parsed; 140,000 tools once were all built before their count was checked). Else refused unparsed.
+    -> where that string's characters start and end in ``text`` ((0, 0) for a message within MAX_EVENT_CHARS)."""
     start = end = 0
     if len(text) > MAX_EVENT_CHARS:
         key = text.find('"audio"')
@@ -37,6 +39,20 @@ def check_message(text: str) -> None:
     if values > MAX_EVENT_VALUES:
         raise ClientEventError("event_too_large", f"the message holds about {values} JSON values; an event may "
                                                   f"hold {MAX_EVENT_VALUES}")
+    return start, end
+
+
+def unparsed_append(text: str, span: tuple[int, int]) -> bool:
+    """Whether ``text`` is an input_audio_buffer.append whose audio is ``span`` (``check_message``'s), told from the
+    rest of it (at most MAX_EVENT_CHARS) parsed with the audio left out, before the audio's megabytes are parsed."""
+    start, end = span
+    if end <= start or text.find("\\", start, end) >= 0:  # an escape: the span is not the string's characters
+        return False
+    try:
+        rest = json.loads(text[:start] + text[end:])
+    except ValueError:  # the whole message's parse says what is wrong
+        return False
+    return isinstance(rest, dict) and rest.get("type") == "input_audio_buffer.append" and rest.get("audio") == ""
 
 
 def check_size(text: str, event: dict) -> None:
@@ -49,10 +65,10 @@ def check_size(text: str, event: dict) -> None:
                                                   f"{MAX_EVENT_CHARS}")
 
 
-def audio_seconds(audio: str, per_second: int = 2 * RATE) -> float:
-    """Seconds of base64 ``audio`` of ``per_second`` bytes a second (24 kHz PCM16 by default), from its length alone
-    (nothing decoded)."""
-    return (len(audio) * 3 // 4 - audio[-2:].count("=")) / per_second
+def audio_seconds(chars: int, end: str, per_second: int = 2 * RATE) -> float:
+    """Seconds of base64 audio of ``chars`` characters whose last two are ``end`` (its "=" padding) and of
+    ``per_second`` bytes a second (24 kHz PCM16 by default), from its length alone (nothing decoded)."""
+    return (chars * 3 // 4 - end.count("=")) / per_second
 
 
 def check_tools(session: Any) -> None:
@@ -98,13 +114,19 @@ class Pace:
     def __init__(self, limit: float):
         self.limit, self.ahead, self.last, self.unheard = limit, 0.0, None, 0.0
 
-    def admit(self, seconds: float, now: float) -> None:
+    def check(self, seconds: float, now: float) -> float:
+        """Refuse an append of ``seconds`` that would run past the limit; -> how far ahead of real time the audio
+        runs before it."""
         ahead = max(0.0, self.ahead - (now - self.last)) if self.last is not None else 0.0
         if self.limit and min(ahead, self.unheard) + seconds > self.limit:
             raise ClientEventError("audio_ahead_of_time", f"this append of {seconds:.2f} s would put the audio "
                                                           f"{min(ahead, self.unheard) + seconds:.2f} s ahead of real "
                                                           f"time and of the model; the limit is {self.limit:g} s: "
                                                           "send audio as it is recorded", "audio")
+        return ahead
+
+    def admit(self, seconds: float, now: float) -> None:
+        ahead = self.check(seconds, now)
         self.ahead, self.last, self.unheard = ahead + seconds, now, self.unheard + seconds
 
     def heard(self, backlog: float) -> None:

@@ -20,7 +20,8 @@ from ..engine import READY, EngineBusy, LiveRequest
 from ..errors import ToolError, VoiceChatError
 from ..limits import SettingError
 from ..tools.channel import check_result
-from .bounds import MAX_EVENT_ID_CHARS, Pace, audio_seconds, check_message, check_size, check_tools
+from .bounds import (MAX_EVENT_ID_CHARS, Pace, audio_seconds, check_message, check_size, check_tools,
+                     unparsed_append)
 from .conversation import RealtimeConversation
 from .protocol import (FORMATS, SESSION_PARAMS, ClientEventError, SessionConfig, bounded, bytes_per_second,
                        decode_audio, error_event,
@@ -38,6 +39,11 @@ LIVE_CLOSE_SECONDS = 60.0  # how long a closing connection waits for the engine 
 # A client that does not read what the server sends would hold the model while its answer piles up in memory: it is
 # closed once this much of its answer's audio waits unsent (docs/limits.md).
 MAX_BEHIND_SECONDS = 10.0
+# ... or once this many events, or characters, of any kind wait unsent: a client that never reads but keeps sending bad
+# events would otherwise queue error events without bound. 10 s of answer are about 480 events and 0.8 MB
+# (measured on serve --demo with voicechat.frame events).
+MAX_UNSENT_EVENTS = 4096
+MAX_UNSENT_CHARS = 4 * 2 ** 20
 CLOSE_NORMAL = 1000
 # a conversation whose model is this far behind the client's audio is told so (voicechat.falling_behind), before the
 # Talk live tab stops it at MAX_LAG_SECONDS (docs/app.md)
@@ -70,6 +76,7 @@ class Connection:
         self.setup_error: Optional[str] = None  # why the last live session could not start (until session.update)
         self.outbox: asyncio.Queue = asyncio.Queue()  # (JSON text, seconds of answer audio in it), or (code, reason)
         self.unsent = 0.0  # seconds of answer audio in the outbox: how far behind real time the client reads
+        self.unsent_chars = 0  # characters of the events in the outbox, all kinds
         self.idle_since = asyncio.get_running_loop().time()  # the idle timeout counts from here ...
         self.setting_up = False  # ... except while a live session is set up: then the model is slow, not the client
         self.dropped = asyncio.Event()  # set when the server gives up on a client that does not read
@@ -127,16 +134,27 @@ class Connection:
     # ---- sending -----------------------------------------------------------------------------------------------
     def emit(self, event: dict, seconds: float = 0.0) -> None:
         """Queue an event carrying ``seconds`` of the answer's audio; a client that lets more than MAX_BEHIND_SECONDS
-        of it wait is dropped."""
+        of it wait, or more than MAX_UNSENT_EVENTS events or MAX_UNSENT_CHARS characters of any kind, is dropped."""
         if self.audio_out is not None and event["type"] == "response.output_audio.delta":
             return
-        self.outbox.put_nowait((event_text(event), seconds))
+        text = event_text(event)
+        self.outbox.put_nowait((text, seconds))
         self.unsent += seconds
-        if self.unsent > MAX_BEHIND_SECONDS and not self.dropped.is_set():
-            log.warning("%s: closed: the client does not read what the server sends (%.1f s of its answer unsent, "
-                        "the limit is %.0f s)", self.name, self.unsent, MAX_BEHIND_SECONDS)
+        self.unsent_chars += len(text)
+        unread = self.unread()
+        if unread and not self.dropped.is_set():
+            log.warning("%s: closed: the client does not read what the server sends (%s)", self.name, unread)
             self.end_reason = "not_reading"
             self.dropped.set()
+
+    def unread(self) -> str:
+        """What waits unsent past its bound (docs/limits.md §2), in words; "" while within them."""
+        if self.unsent > MAX_BEHIND_SECONDS:
+            return f"{self.unsent:.1f} s of its answer unsent, the limit is {MAX_BEHIND_SECONDS:.0f} s"
+        if self.outbox.qsize() > MAX_UNSENT_EVENTS or self.unsent_chars > MAX_UNSENT_CHARS:
+            return (f"{self.outbox.qsize()} events of {self.unsent_chars} characters unsent, the limit is "
+                    f"{MAX_UNSENT_EVENTS} events or {MAX_UNSENT_CHARS} characters")
+        return ""
 
     def emit_extension(self, event: dict) -> None:
         """A voicechat.* event, to clients that asked for them only: some validate every server event against
@@ -178,6 +196,7 @@ class Connection:
                     return
                 await self.ws.send_text(item[0])
                 self.unsent -= item[1]
+                self.unsent_chars -= len(item[0])
         except (WebSocketDisconnect, RuntimeError, OSError) as e:  # the client went away while we were sending
             log.info("%s: the client went away while events were being sent (%s)", self.name, type(e).__name__)
         except Exception:  # a bug: the connection ends, and the log says why
@@ -201,7 +220,10 @@ class Connection:
     async def handle(self, text: str) -> None:
         event_id = None
         try:
-            check_message(text)  # docs/limits.md §2: bounded before it is parsed ...
+            span = check_message(text)  # docs/limits.md §2: bounded before it is parsed ...
+            if unparsed_append(text, span):  # a large append too far ahead: refused before its audio is parsed
+                self.pace.check(self.seconds(span[1] - span[0], text[span[1] - 2:span[1]]),
+                                asyncio.get_running_loop().time())
             event = parse_client_event(text)
             check_size(text, event)  # ... and before anything else reads it
             event_id = event.get("event_id")[:MAX_EVENT_ID_CHARS] if isinstance(event.get("event_id"), str) else None
@@ -236,10 +258,14 @@ class Connection:
         self.emit({"type": "session.updated", "session": self.session()})
 
     async def on_input_audio_buffer_append(self, event: dict) -> None:
-        if isinstance(event.get("audio"), str):  # its length says its seconds: refused before it is decoded
-            self.pace.admit(audio_seconds(event["audio"], bytes_per_second(self.config.input_format)),
-                            asyncio.get_running_loop().time())
+        audio = event.get("audio")
+        if isinstance(audio, str):  # its length says its seconds: refused before it is decoded
+            self.pace.admit(self.seconds(len(audio), audio[-2:]), asyncio.get_running_loop().time())
         await self.hear(decode_audio(event, self.config.input_format), FORMATS[self.config.input_format])
+
+    def seconds(self, chars: int, end: str) -> float:
+        """Seconds of base64 audio in the session's input format, from its ``chars`` and last two characters."""
+        return audio_seconds(chars, end, bytes_per_second(self.config.input_format))
 
     async def hear(self, samples: np.ndarray, rate: int) -> None:
         """int16 samples at ``rate`` for the model: an append's, or a WebRTC call's microphone track."""

@@ -1,7 +1,8 @@
-"""The sockets of ``serve`` (docs/limits.md §2): uvicorn times out neither a connection that sends nothing nor one
-that sends half a request, and accepts until the process runs out of file descriptors. ``guarded_http`` wraps
-uvicorn's HTTP protocol: a request must be whole within REQUEST_SECONDS and REQUEST_BYTES, and at most ``cap``
-connections are open at once; past it, new ones are closed at once, with one log line."""
+"""The sockets of ``serve`` and of the app (docs/limits.md §2): uvicorn times out neither a connection that sends
+nothing nor one that sends half a request, and accepts until the process runs out of file descriptors.
+``guarded_http`` wraps uvicorn's HTTP protocol: a request must be whole within REQUEST_SECONDS and REQUEST_BYTES, and
+at most ``cap`` connections are open at once; past it, new ones are closed at once, with one log line. ``serve``
+gives it to its uvicorn.Config; app.py, whose uvicorn Gradio starts, to the running server (``guard``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ def connection_cap() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     soft = 1 << 20 if soft == resource.RLIM_INFINITY else soft
     return max(1, soft - RESERVED_DESCRIPTORS)
+
+
+def guard(server) -> None:
+    """Bound a uvicorn server that someone else configured and started (Gradio's, for app.py): uvicorn builds each
+    new connection's protocol from ``config.http_protocol_class`` when it arrives, so every connection from now on
+    has the request deadline and counts against the cap."""
+    server.config.http_protocol_class = guarded_http(connection_cap())
 
 
 def guarded_http(cap: int) -> type:
