@@ -83,13 +83,18 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """The ``browser`` and ``audio`` markers (pyproject.toml) by what a test needs, so none is forgotten: a real
     chromium page (the ``page`` / ``browser`` fixtures) or the private sound server (``pulse``, tests/pulse.py).
-    Then ``--solo``: the tests it leaves out are deselected, not skipped (the other run of docs/testing.md has them)."""
+    The heavy files first. Then ``--solo``: the tests it leaves out are deselected, not skipped (the other run of
+    docs/testing.md has them)."""
     for item in items:
         needs = set(getattr(item, "fixturenames", ()))
         if needs & {"page", "browser"}:
             item.add_marker("browser")
         if "pulse" in needs:
             item.add_marker("audio")
+    # the files with a slow or browser test first: a parallel run hands out files in this order, so the long ones
+    # start early and the workers end together (docs/testing.md §1)
+    heavy = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("browser")}
+    items.sort(key=lambda item: item.path not in heavy)
     choice = config.getoption("solo")
     if choice != "include":
         kept = [item for item in items if (item.get_closest_marker("solo") is not None) == (choice == "only")]
