@@ -1,7 +1,7 @@
 #!/bin/sh
 # Sets up this folder's virtual environment (.venv) and runs the app or the tests in it:
 #   ./setup.sh app [app.py options]     e.g. ./setup.sh app --demo
-#   ./setup.sh test [pytest options]    e.g. ./setup.sh test -m "not browser"
+#   ./setup.sh test [pytest options]    e.g. ./setup.sh test -m "not browser", ./setup.sh test tests/test_mel.py
 # A venv of its own because macOS's Homebrew Python and Debian's refuse `pip install` into the system (PEP 668). It
 # installs only when .venv is new or a requirements file or pyproject.toml changed since the last set-up; later runs
 # start at once. This checkout is installed into it editable (`pip install -e .`): .venv/bin/voicechat runs this
@@ -39,7 +39,18 @@ if [ ! -f "$stamp" ] || [ ! -x .venv/bin/voicechat ] || [ -n "$(find $lists pypr
   touch "$stamp"
 fi
 mkdir -p outputs  # where the app and the command line write by default (git-ignored)
-case $what in
-  app) exec .venv/bin/python app.py "$@" ;;
-  test) exec .venv/bin/python -m pytest -q -rfEs tests "$@" ;;
-esac
+if [ "$what" = app ]; then
+  exec .venv/bin/python app.py "$@"
+fi
+# The tests in two runs (docs/testing.md): all but the solo ones in parallel, a file per worker, then the solo ones
+# (they need the machine to themselves) by themselves. The exit code is the first failing run's; 5 (no test
+# collected) only when neither run collected one, as a single file without solo tests leaves the second run empty.
+shared=0 solo=0
+.venv/bin/python -m pytest -q -rfEs -n auto --dist loadfile --solo exclude "$@" || shared=$?
+case $shared in 0|1|5) ;; *) exit "$shared" ;; esac  # interrupted (2), an internal or a usage error: stop here
+.venv/bin/python -m pytest -q -rfEs --solo only "$@" || solo=$?
+for rc in "$shared" "$solo"; do
+  case $rc in 0|5) ;; *) exit "$rc" ;; esac
+done
+[ "$shared" -eq 5 ] && [ "$solo" -eq 5 ] && exit 5
+exit 0

@@ -1,6 +1,7 @@
 """Shared test paths. NeMo fixtures: tests/fixtures/nemo (made by tests/fixtures/nemo/regenerate.sh)."""
 
 import contextlib
+import os
 import signal
 from pathlib import Path
 
@@ -73,15 +74,39 @@ def traces(monkeypatch) -> list:
     return traced
 
 
-def pytest_collection_modifyitems(items):
+def pytest_addoption(parser):
+    parser.addoption("--solo", choices=("include", "exclude", "only"), default="include",
+                     help="the tests marked solo (they need the machine to themselves): run them with the others "
+                          "(include), leave them out (exclude: the parallel run) or run only them (docs/testing.md)")
+
+
+def pytest_collection_modifyitems(config, items):
     """The ``browser`` and ``audio`` markers (pyproject.toml) by what a test needs, so none is forgotten: a real
-    chromium page (the ``page`` / ``browser`` fixtures) or the private sound server (``pulse``, tests/pulse.py)."""
+    chromium page (the ``page`` / ``browser`` fixtures) or the private sound server (``pulse``, tests/pulse.py).
+    The heavy files first. Then ``--solo``: the tests it leaves out are deselected, not skipped (the other run of
+    docs/testing.md has them)."""
     for item in items:
         needs = set(getattr(item, "fixturenames", ()))
         if needs & {"page", "browser"}:
             item.add_marker("browser")
         if "pulse" in needs:
             item.add_marker("audio")
+    # the files with a slow or browser test first: a parallel run hands out files in this order, so the long ones
+    # start early and the workers end together (docs/testing.md §1)
+    heavy = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("browser")}
+    items.sort(key=lambda item: item.path not in heavy)
+    choice = config.getoption("solo")
+    if choice != "include":
+        kept = [item for item in items if (item.get_closest_marker("solo") is not None) == (choice == "only")]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker more than the cores, as a test waits on the clock for much of its time (audio paced
+    at real time, servers starting): docs/testing.md."""
+    return (os.cpu_count() or 1) + 1
 
 
 def pytest_sessionfinish(session, exitstatus):

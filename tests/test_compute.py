@@ -66,6 +66,7 @@ def test_cuda_kernel_batching_is_set_on_cuda_only_and_a_users_value_wins():
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS runs one thread on one core: no worker to wait")
+@pytest.mark.solo  # the spin shows on an idle core only: the worker yields to any other thread that wants one
 def test_idle_blas_workers_sleep_at_once_unless_the_user_chose_how_long_they_spin():
     """After a threaded float32 product, OpenBLAS's worker spins before it sleeps: 2**28 cycles by default (0.1 s of a
     core on this machine, measured as the process's CPU time while its main thread sleeps), taken from the MLX stream

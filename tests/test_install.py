@@ -147,8 +147,10 @@ def test_readme_setup_is_what_ci_installs():
     assert f'test) lists="{" ".join(files)}" ;;' in script and f'app) lists="{files[0]}" ;;' in script
     assert "-r %s ' \"$f\"; done) -e ." in script  # this checkout, editable, as the manual steps install it
     assert re.search(r"<!-- test-command -->\n```bash\n\./setup\.sh test\n```", README)
-    pytest_step = next(s for s in steps if "pytest" in s)
-    assert f"exec .venv/bin/{pytest_step} \"$@\"" in script  # the manual steps end with what the script runs
+    pytest_steps = [s for s in steps if "pytest" in s]  # the parallel run, then the solo tests (docs/testing.md)
+    assert len(pytest_steps) == 2 and steps[-2:] == pytest_steps
+    for step in pytest_steps:  # the manual steps end with what the script runs
+        assert f"\n.venv/bin/{step} \"$@\" ||" in script
 
 
 def test_setup_script_says_what_is_wrong_in_one_line(tmp_path):

@@ -31,6 +31,7 @@ from voicechat.realtime import RATE  # noqa: E402
 from voicechat.realtime.bounds import MAX_EVENT_CHARS, check_message, unparsed_append  # noqa: E402
 from voicechat.realtime.sockets import REQUEST_SECONDS, RESERVED_DESCRIPTORS  # noqa: E402
 
+pytestmark = pytest.mark.solo  # the bystanders' gaps are real time: another test beside them would widen them
 SECONDS = 4.0  # each bystander's audio
 CHUNK = RATE // 10  # sent every 100 ms, as a microphone does
 MAX_GAP = 0.5

@@ -250,6 +250,7 @@ def demo_app_two(tmp_path_factory):
     engine.close()
 
 
+@pytest.mark.solo  # two conversations at real time on the CPU: a test beside them can put the model 2 s behind
 def test_two_visitors_talk_live_at_once(demo_app_two, browser):
     """With room for two conversations, two visitors press Start: both are live at once, both hear an answer
     (samples received and played while the other talks), and neither is told the model is busy."""

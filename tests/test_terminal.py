@@ -271,7 +271,12 @@ class Running:
             pytest.fail(f"live never got ready; stdout: {self.out}; stderr: {self.process.stderr.read()}")
 
     def finish(self) -> tuple[int, str]:
-        rc = self.process.wait(TIMEOUT)
+        try:
+            rc = self.process.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:  # -X faulthandler: SIGABRT writes every thread's stack to stderr
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(10)
+            pytest.fail(f"live did not end; stdout: {self.out}; stderr: {self.process.stderr.read()}")
         self._reader.join(10)
         return rc, self.process.stderr.read()
 
