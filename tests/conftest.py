@@ -102,11 +102,16 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
+WORKER_MEMORY = 2 * 2 ** 30  # bytes of memory per parallel worker (-n auto)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: a worker more than the cores, as a test waits on the clock for much of its time (audio paced
-    at real time, servers starting): docs/testing.md."""
-    return (os.cpu_count() or 1) + 1
+    at real time, servers starting), and at most a worker per WORKER_MEMORY of the machine's memory (a worker peaked
+    at about 1.2 GB): docs/testing.md."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(1, min((os.cpu_count() or 1) + 1, memory // WORKER_MEMORY))
 
 
 def pytest_sessionfinish(session, exitstatus):
