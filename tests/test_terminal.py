@@ -298,6 +298,7 @@ def find(pieces: list[np.ndarray], haystack: np.ndarray) -> list[tuple[int, floa
     return out
 
 
+@pytest.mark.solo  # the call keeps real time on a real audio stack: a test beside it can put it behind
 def test_live_demo_through_pulseaudio_talks_and_stops_on_ctrl_c(pulse, tmp_path):
     """A real audio stack: PortAudio -> ALSA -> a private PulseAudio. The user says the question into the microphone
     once the call is ready; five seconds later Ctrl+C. The session got the microphone's audio, the speaker played
@@ -366,6 +367,7 @@ def echo_call(pulse, tmp_path, *flags: str) -> np.ndarray:
     return sf.read(tmp_path / "call" / "conversation.wav", dtype="float32")[0]
 
 
+@pytest.mark.solo  # the call keeps real time on a real audio stack: a test beside it can put it behind
 def test_echo_cancel_removes_the_speaker_from_the_microphone(pulse, tmp_path):
     """The microphone is the speaker's monitor (a perfect echo, delayed by PulseAudio). Without --echo-cancel the
     session hears the answer back at its own level; with it, at least 10 dB lower once it has learnt the room (2 s).

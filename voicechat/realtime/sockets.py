@@ -62,11 +62,14 @@ def guarded_http(cap: int) -> type:
                 super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            self.request_bytes += len(data)
-            if self.request_bytes > REQUEST_BYTES and self.waiting():
-                self.transport.close()
-                return
+            """Bytes that do not begin a request (a head not yet whole) count against REQUEST_BYTES; a request's body
+            and the requests before it on a kept-alive connection do not."""
+            heading = self.waiting()
             super().data_received(data)
+            if heading and self.waiting():
+                self.request_bytes += len(data)
+                if self.request_bytes > REQUEST_BYTES:
+                    self.transport.close()
 
         def waiting(self) -> bool:
             """No new request since the last check (nor a response on its way)."""
