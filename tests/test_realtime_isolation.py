@@ -29,7 +29,7 @@ from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from voicechat.realtime import RATE  # noqa: E402
 from voicechat.realtime.bounds import MAX_EVENT_CHARS, check_message, unparsed_append  # noqa: E402
-from voicechat.realtime.sockets import REQUEST_SECONDS, RESERVED_DESCRIPTORS  # noqa: E402
+from voicechat.realtime.sockets import REQUEST_BYTES, REQUEST_SECONDS, RESERVED_DESCRIPTORS  # noqa: E402
 
 pytestmark = pytest.mark.solo  # the bystanders' gaps are real time: another test beside them would widen them
 SECONDS = 4.0  # each bystander's audio
@@ -383,6 +383,25 @@ def test_connections_without_a_whole_request_are_closed(server, alone):
     deadline = start + 2 * REQUEST_SECONDS + 2
     closed = sum(closed_by_server([s], deadline - time.monotonic()) for s in sockets)
     assert closed == len(sockets)
+
+
+def test_a_request_body_does_not_count_as_a_heads_bytes(server):
+    """REQUEST_BYTES bounds a request's head, not its body: on a kept-alive connection whose deadline check has seen
+    its last request answered, a 200 KB body is read and answered (405 for /health), not cut (the body's bytes once
+    counted as a head's: the app's uploads were cut, Connection reset by peer)."""
+    host, port = re.match(r"ws://([^:/]+):(\d+)", server.ws_url).groups()
+    connection = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    try:
+        for pause in (0.6, 0.5):  # requests less than uvicorn's keep-alive (5 s) apart, across the deadline's check
+            connection.request("GET", "/health")
+            assert connection.getresponse().read()
+            time.sleep(pause * REQUEST_SECONDS)
+        connection.request("POST", "/health", body=b"x" * (200 * 1024))
+        answer = connection.getresponse()
+        assert answer.status == 405 and answer.read()
+    finally:
+        connection.close()
+    assert 200 * 1024 > REQUEST_BYTES
 
 
 def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):
