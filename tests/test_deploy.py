@@ -299,7 +299,7 @@ class Talk:
         self.cluster, self.prompt = cluster, prompt
         self.frames: list = []
         self.session_id = None
-        self.started, self.sent = None, 0.0  # when its audio began, and how many seconds of it went out
+        self.caught_up = 0.0  # when real time reaches the end of the audio sent so far
 
     async def open(self):
         """Connect; returns the first event (session.created, or an error such as server_busy)."""
@@ -318,13 +318,13 @@ class Talk:
         return self.cluster.replica_of(self.session_id)
 
     async def stream(self, chunks) -> None:
-        """At most 1.5 s ahead of real time, counted from its first audio: a replica refuses audio more than 2 s
-        ahead (docs/limits.md §2)."""
-        self.started = self.started or time.monotonic()
+        """At most 1.5 s ahead of real time: a replica refuses audio more than 2 s ahead, and a pause banks nothing
+        (docs/limits.md §2)."""
         for chunk in chunks:
-            await asyncio.sleep(max(0.0, self.started + self.sent - 1.5 - time.monotonic()))
+            seconds = len(chunk) / realtime.RATE
+            await asyncio.sleep(max(0.0, self.caught_up + seconds - 1.5 - time.monotonic()))
             await self.conn.input_audio_buffer.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
-            self.sent += len(chunk) / realtime.RATE
+            self.caught_up = max(self.caught_up, time.monotonic()) + seconds
 
     async def frames_until(self, position: int) -> None:
         while not self.frames or self.frames[-1][0] < position:

@@ -190,10 +190,12 @@ def test_sigint_closes_at_once_with_1001_and_exits_130(tmp_path):
 def test_sigterm_drains_the_apps_live_conversation_too(tmp_path):
     from types import SimpleNamespace
 
-    from test_app import start_app
+    from test_app import http_status, start_app, wait_for
 
     proc, url, log = start_app(tmp_path, "--demo", "--drain-seconds", str(DRAIN))
     try:
+        # the app serves pages while its model loads; audio before then is refused (model_not_ready)
+        wait_for(lambda: http_status(url + "health") == 200, "the model", timeout=120)
         app = SimpleNamespace(proc=proc, base_url=url + "v1")
         sent, arrived, errors, code, during = stop_while_talking(app, signal.SIGTERM)
         status = proc.wait(DRAIN + 5)
