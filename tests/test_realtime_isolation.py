@@ -437,6 +437,15 @@ def test_a_request_body_does_not_count_as_a_heads_bytes(server):
     assert 200 * 1024 > REQUEST_BYTES
 
 
+def test_headers_past_the_request_bound_are_closed_at_once(server):
+    """A head that passes REQUEST_BYTES without ending (128 KiB of one header) is closed at once, before the
+    deadline's check at REQUEST_SECONDS."""
+    endless = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"x" * 2 * REQUEST_BYTES
+    start = time.monotonic()
+    assert closed_by_server(raw_sockets(server, 1, endless), REQUEST_SECONDS) == 1
+    assert time.monotonic() - start < REQUEST_SECONDS
+
+
 def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):
     """Past the descriptor limit the old server logged 96,255 'Too many open files' tracebacks and /health timed
     out. Connections past the cap (the limit less RESERVED_DESCRIPTORS) are closed at once, with one log line, and
