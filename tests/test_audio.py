@@ -6,6 +6,7 @@ mono (the mean of the channels) each tone must come back at amplitude 0.25.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -225,38 +226,102 @@ def peak_rss_mb(argv: list) -> float:
 
 
 def front_end(kind: str, recording: Path, tmp_path: Path) -> list:
-    """The command that refuses ``recording`` as ``kind`` does: the CLI, batch, or the app (an upload's check, then
-    a voice from it, as /add_voice)."""
+    """The command that refuses ``recording`` as ``kind`` does: the CLI or batch."""
     if kind == "cli":
         return [sys.executable, "-m", "voicechat", "generate", "--model", tmp_path / "no model", "--audio", recording,
                 "--quiet"]
-    if kind == "batch":
-        folder = tmp_path / f"set-{recording.stem}"
-        folder.mkdir()
-        (folder / recording.name).symlink_to(recording)
-        return [sys.executable, "-m", "voicechat", "batch", folder, "--out", tmp_path / f"out-{recording.stem}",
-                "--model", NEMO / "tiny_model"]
-    app = ("import sys; from voicechat.audio import check_upload; from voicechat.voices import VoiceLibrary\n"
-           "for refuse in (lambda: check_upload(sys.argv[1]),\n"
-           "               lambda: VoiceLibrary(sys.argv[2]).add('maya', sys.argv[1], config=None)):\n"
-           "    try: refuse()\n"
-           "    except Exception as e: print(e, file=sys.stderr)\n")
-    return [sys.executable, "-c", app, recording, tmp_path / "voices"]
+    folder = tmp_path / f"set-{recording.stem}"
+    folder.mkdir()
+    (folder / recording.name).symlink_to(recording)
+    return [sys.executable, "-m", "voicechat", "batch", folder, "--out", tmp_path / f"out-{recording.stem}",
+            "--model", NEMO / "tiny_model"]
 
 
-@pytest.mark.parametrize("kind", ["cli", "batch", "app"])
+def refused(long: Path, say_length: bool) -> str:
+    """What the refusal of ``long`` (two hours) says."""
+    return f"{long.name} is 7200.0 s long; the limit is 600 s" if say_length else f"{long.name} is longer than 600 s"
+
+
+@pytest.mark.parametrize("kind", ["cli", "batch"])
 @pytest.mark.parametrize("say_length", [True, False], ids=["header", "no header"])
 def test_refusing_two_hours_costs_what_refusing_a_short_recording_costs(tmp_path, kind, say_length):
     """A 2 h FLAC of silence (350 KB) was decoded whole before its length was checked: 1 GB to refuse it."""
     long = silent_flac(tmp_path / "long.flac", 7200, say_length)
-    short = tmp_path / "short.flac"
-    sf.write(str(short), np.zeros(800, np.int16), 16000)  # 50 ms: refused as too short, once decoded
+    short = short_flac(tmp_path / "short.flac")
     short_mb, short_err = peak_rss_mb(front_end(kind, short, tmp_path))
     long_mb, long_err = peak_rss_mb(front_end(kind, long, tmp_path))
     assert "too short" in short_err
-    refused = "long.flac is 7200.0 s long; the limit is 600 s" if say_length else "long.flac is longer than 600 s"
-    assert refused in long_err and "Traceback" not in long_err
+    assert refused(long, say_length) in long_err and "Traceback" not in long_err
     assert long_mb - short_mb < 100, (short_mb, long_mb)
+
+
+def short_flac(path: Path) -> Path:
+    sf.write(str(path), np.zeros(800, np.int16), 16000)  # 50 ms: refused as too short, once decoded
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_app(tmp_path_factory):
+    """``python app.py --demo`` with its model loaded: (process id, url, log file)."""
+    import httpx
+    from test_app import start_app, stop, wait_for
+
+    proc, url, log = start_app(tmp_path_factory.mktemp("app"), "--demo", HF_HUB_OFFLINE="1")
+    try:
+        wait_for(lambda: httpx.get(f"{url}live/status", timeout=30).json()["model"]["state"] == "ready",
+                 "the demo model", timeout=120)
+        yield proc.pid, url, log
+    finally:
+        stop(proc)
+
+
+def app_refusal(url: str, endpoint: str, recording: Path) -> str:
+    """What the running app answers when ``recording`` is given to ``endpoint``: its line of refusal."""
+    import httpx
+    from gradio_client import Client, handle_file
+
+    if endpoint == "/live/voice/add":
+        with open(recording, "rb") as f:
+            r = httpx.post(f"{url}live/voice/add", data={"name": "Long"}, files={"file": (recording.name, f)},
+                           timeout=120)
+        assert r.status_code == 400, r.text
+        return r.json()["detail"]
+    client = Client(url, verbose=False)
+    if endpoint == "/add_voice":
+        return client.predict("Long", handle_file(str(recording)), api_name="/add_voice")[1]
+    return client.predict(handle_file(str(recording)), api_name="/check")[1]  # Record and run's status card
+
+
+def peak_growth_mb(pid: int, act) -> tuple[float, object]:
+    """How far ``act()`` takes process ``pid``'s peak resident memory above what it holds now, in MB; and what
+    ``act`` returned. The peak is reset first (Linux: clear_refs 5 sets VmHWM to VmRSS)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    before = memory_kib(pid, "VmHWM")
+    result = act()
+    return (memory_kib(pid, "VmHWM") - before) / 1024, result
+
+
+def memory_kib(pid: int, key: str) -> int:
+    return int(re.search(rf"{key}:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
+
+
+@pytest.mark.parametrize("endpoint", ["/add_voice", "/check", "/live/voice/add"])
+@pytest.mark.parametrize("say_length", [True, False], ids=["header", "no header"])
+def test_the_running_app_refuses_two_hours_for_what_it_refuses_a_short_recording_for(demo_app, tmp_path, endpoint,
+                                                                                     say_length):
+    """The app's /add_voice (which needed no key) decoded a 2 h FLAC whole before its length was checked: 1.05 GB
+    of the server's memory to refuse it. Measured on the app's own process, through its endpoints."""
+    pid, url, log = demo_app
+    long = silent_flac(tmp_path / "long.flac", 7200, say_length)
+    short = short_flac(tmp_path / "short.flac")
+    app_refusal(url, endpoint, short)  # the first request of a kind loads what any request needs
+    short_mb, short_says = peak_growth_mb(pid, lambda: app_refusal(url, endpoint, short))
+    long_mb, long_says = peak_growth_mb(pid, lambda: app_refusal(url, endpoint, long))
+    print(f"\n{endpoint}: refusing the short recording +{short_mb:.1f} MB, two hours +{long_mb:.1f} MB")
+    assert "too short" in short_says, short_says
+    assert refused(long, say_length) in long_says and "\n" not in long_says, long_says
+    assert long_mb - short_mb < 100, (short_mb, long_mb)
+    assert "Traceback" not in log.read_text()
 
 
 def test_a_header_that_gives_no_length_reads_as_one_that_does(tmp_path):

@@ -16,6 +16,7 @@ import resource
 import socket
 import time
 import traceback
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -181,9 +182,41 @@ def test_a_deep_schema_is_refused_before_it_is_built(server, alone):
         schema = {"type": "object", "properties": {f"{level}" + "k" * 2000: schema}}
     deep = update(tools=[{"type": "function", "name": "deep", "parameters": schema}])
     assert len(deep) < 2 ** 20  # under the event bound: the tools' own bounds refuse it
-    errors = isolated(server, alone, lambda: hostile(server, deep, deep, deep, errors=3))
-    assert [(e["code"], e["param"]) for e in errors] == [("invalid_value", "session.tools[0]")] * 3
+    errors, health = isolated(server, alone, lambda: asked_for_health(server, hostile(server, *[deep] * 10,
+                                                                                      errors=10)))
+    assert [(e["code"], e["param"]) for e in errors] == [("invalid_value", "session.tools[0]")] * 10
     assert all("deeper than 16 levels" in e["message"] for e in errors)
+    print(f"/health answered {len(health)} times during the attack, in at most {max(health):.3f} s")
+    assert len(health) >= 3 and max(health) < MAX_GAP  # the old server's event loop held /health 7.8 s
+
+
+async def asked_for_health(server: Server, attack) -> tuple[object, list[float]]:
+    """``attack`` (a coroutine) while ``/health`` is asked again and again, by three askers at once (a request
+    after another each): its result and the seconds each request took to be answered (200, or 503 while every
+    slot is taken)."""
+    url = server.base_url.removesuffix("/v1") + "/health"
+    seconds, done = [], asyncio.Event()
+
+    def ask() -> None:
+        start = time.monotonic()
+        try:
+            answer = urllib.request.urlopen(url, timeout=TIMEOUT)
+        except urllib.error.HTTPError as busy:  # 503 while the attacker holds the third slot: answered all the same
+            answer = busy
+        with answer:
+            assert json.loads(answer.read())["max_sessions"] == 3
+        seconds.append(time.monotonic() - start)
+
+    async def asking() -> None:
+        while not done.is_set():
+            await asyncio.to_thread(ask)
+
+    askers = [asyncio.create_task(asking()) for _ in range(3)]
+    try:
+        return await attack, seconds
+    finally:
+        done.set()
+        await asyncio.gather(*askers)
 
 
 def test_a_long_tool_output_is_refused_before_the_engine_reads_it(server, alone):
@@ -402,6 +435,15 @@ def test_a_request_body_does_not_count_as_a_heads_bytes(server):
     finally:
         connection.close()
     assert 200 * 1024 > REQUEST_BYTES
+
+
+def test_headers_past_the_request_bound_are_closed_at_once(server):
+    """A head that passes REQUEST_BYTES without ending (128 KiB of one header) is closed at once, before the
+    deadline's check at REQUEST_SECONDS."""
+    endless = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"x" * 2 * REQUEST_BYTES
+    start = time.monotonic()
+    assert closed_by_server(raw_sockets(server, 1, endless), REQUEST_SECONDS) == 1
+    assert time.monotonic() - start < REQUEST_SECONDS
 
 
 def test_connections_past_the_cap_are_closed_with_one_log_line(tmp_path, alone):

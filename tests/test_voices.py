@@ -192,6 +192,36 @@ def test_eight_adds_of_one_name_at_once_one_wins(tmp_path):
     assert [p.name for p in lib.folder.iterdir() if p.is_dir()] == won and lib.names() == ["Aria", won[0]]
 
 
+def test_a_voice_past_its_time_limit_is_refused_at_the_limit_and_never_stored(tmp_path):
+    """A server makes a voice on a thread within a time limit (docs/limits.md §2). A real recording near the 600 s
+    bound, at 48 kHz, takes about a second to decode, check and resample: with a limit of 0.05 s the caller gets
+    one line at the limit, while the thread still works; when the thread ends, nothing is stored. With the server's
+    limit the same recording makes the voice."""
+    import asyncio
+
+    from voicechat.limits import WORK_SECONDS, TimedOut, TimeLimit
+    from voicechat.voices import LOCK_FILE
+
+    m = model("tiny_model_aria")
+    lib = library(tmp_path, m)
+    recording = tmp_path / "ten minutes.wav"
+    sf.write(str(recording), speech(590.0, rate=48000), 48000, subtype="PCM_16")
+
+    async def add(seconds: float) -> tuple:
+        limit = TimeLimit("making the voice", seconds)
+        try:
+            return await limit.run(lambda: lib.add("Long", recording, config=m.config, keep=limit.keep)), None
+        except TimedOut as e:
+            return e, (tmp_path / "voices" / LOCK_FILE).exists()  # has the thread come to storing it yet?
+
+    error, stored_yet = asyncio.run(add(0.05))  # asyncio.run ends once the thread has: its late result dropped
+    assert str(error) == "making the voice took more than 0.05 s; nothing was kept" and stored_yet is False
+    assert (tmp_path / "voices" / LOCK_FILE).exists()  # the thread came to storing it, and was told not to
+    assert lib.names() == ["Aria"] and [p for p in lib.folder.iterdir() if p.is_dir()] == []
+    voice, _ = asyncio.run(add(WORK_SECONDS))
+    assert voice.name == "Long" and lib.names() == ["Aria", "Long"]
+
+
 def test_a_long_upload_name_is_cut_not_an_error(tmp_path):
     from voicechat.webui.uploads import MAX_NAME_BYTES, upload_name
 

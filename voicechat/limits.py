@@ -8,8 +8,10 @@ seed (:func:`checked_prompt`, :func:`checked_seed`, :func:`check_prompt_position
 
 from __future__ import annotations
 
+import asyncio
 import math
-from typing import Any, Optional
+import threading
+from typing import Any, Callable, Optional
 
 from .frame import FRAME_SECONDS
 from .errors import VoiceChatError
@@ -28,6 +30,9 @@ DEFAULT_DRAIN_SECONDS = 10.0  # after SIGTERM, open conversations go on this lon
 # audio a Realtime client may send ahead of real time (serve --max-ahead-seconds): a network's jitter, not a recording
 DEFAULT_AHEAD_SECONDS = 2.0
 SEED_LIMIT = 2 ** 64  # seeds are 0 .. 2^64 - 1: MLX's random key takes an unsigned 64-bit integer
+# a client's recording checked, or made a voice, on a thread (docs/limits.md §2): 600 s of it at 48 kHz took
+# 1-2 s on the shared 2-core machine
+WORK_SECONDS = 30.0
 
 
 class SettingError(VoiceChatError):
@@ -36,6 +41,50 @@ class SettingError(VoiceChatError):
     def __init__(self, param: str, message: str):
         super().__init__(message)
         self.param = param
+
+
+class TimedOut(VoiceChatError):
+    """Work that passed its time limit: one line; its thread may still run, but what it makes is not kept."""
+
+
+class TimeLimit:
+    """Work of a client's request run on a thread, waited for at most ``seconds`` (docs/limits.md §2). A worker that
+    changes state calls :meth:`keep` first: past the limit it raises there and changes nothing; once it has kept,
+    its result stands and the waiter takes it."""
+
+    def __init__(self, what: str, seconds: float = WORK_SECONDS):
+        self.what, self.seconds = what, seconds
+        self._lock = threading.Lock()
+        self._state = "running"  # then "kept" by the worker, or "given up" by the waiter: whichever comes first
+
+    def error(self) -> TimedOut:
+        return TimedOut(f"{self.what} took more than {self.seconds:g} s; nothing was kept")
+
+    def keep(self) -> None:
+        """The worker's: may it change state now? Raises :class:`TimedOut` when the waiter has given up."""
+        with self._lock:
+            if self._state == "given up":
+                raise self.error()
+            self._state = "kept"
+
+    def _give_up(self) -> bool:
+        with self._lock:
+            if self._state == "kept":
+                return False
+            self._state = "given up"
+            return True
+
+    async def run(self, fn: Callable, *args) -> Any:
+        """``fn(*args)`` on a thread: its result, or :class:`TimedOut` after ``seconds`` (its late result or error
+        is dropped when it ends)."""
+        work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        work.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: no warning when late
+        try:
+            return await asyncio.wait_for(asyncio.shield(work), self.seconds)
+        except asyncio.TimeoutError:
+            if self._give_up():
+                raise self.error() from None
+            return await work  # it had kept already: writing a voice takes moments
 
 
 def _number(value: Any) -> Optional[float]:

@@ -24,7 +24,7 @@ import shutil
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -196,9 +196,11 @@ class VoiceLibrary:
 
     # ---- changing -----------------------------------------------------------------------------------------------
     def add(self, name: str, audio: Union[np.ndarray, str, Path], sample_rate: Optional[int] = None, *,
-            config, source: Optional[str] = None) -> Voice:
+            config, source: Optional[str] = None, keep: Callable[[], None] = lambda: None) -> Voice:
         """Make a voice of a recording (a file any format ``generate`` reads, or samples with their rate) for a
-        checkpoint's ``config``: checked, trimmed and resampled by :func:`audio_prompt`, stored as ``name``."""
+        checkpoint's ``config``: checked, trimmed and resampled by :func:`audio_prompt`, stored as ``name``.
+        ``keep()`` is called just before it is stored, and may raise to store nothing (a server's time limit:
+        ``voicechat.limits.TimeLimit.keep``)."""
         self._check_free(name)  # at once, before the recording is decoded; again when the name is taken
         if isinstance(audio, (str, Path)):
             samples, sample_rate = read_audio(audio, MAX_INPUT_SECONDS)
@@ -213,6 +215,7 @@ class VoiceLibrary:
         voice = Voice(name, created, source or "recording", round(len(prompt) / rate, 3), prompt, rate)
         with self._changing():
             self._check_free(name)
+            keep()
             self._write(voice)
         return voice
 

@@ -18,7 +18,7 @@ from .. import metrics
 from ..config import FRAME_SECONDS, MAX_LAG_SECONDS
 from ..engine import READY, EngineBusy, LiveRequest
 from ..errors import ToolError, VoiceChatError
-from ..limits import SettingError
+from ..limits import SettingError, TimedOut, TimeLimit
 from ..tools.channel import check_result
 from .bounds import (MAX_EVENT_ID_CHARS, Pace, audio_seconds, check_message, check_size, check_tools,
                      unparsed_append)
@@ -337,7 +337,11 @@ class Connection:
                                                         "--allow-voice-add (and --api-key)", "type")
         name = expect(event.get("name"), str, "name")
         samples = decode_audio(event)
-        voice = await asyncio.to_thread(self.server.add_voice, name, samples)
+        limit = TimeLimit("making the voice")  # docs/limits.md §2
+        try:
+            voice = await limit.run(self.server.add_voice, name, samples, limit.keep)
+        except TimedOut as e:
+            raise ClientEventError("invalid_audio", str(e), "audio")
         log.info("%s: added the voice %s", self.name, voice.name)
         self.emit({"type": "voicechat.voice.added", "voice": voice_json(voice), "voices": self.server.voice_list()})
 

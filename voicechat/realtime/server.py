@@ -7,7 +7,7 @@ import asyncio
 import hmac
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
@@ -84,14 +84,15 @@ class RealtimeServer:
     def voice_list(self) -> list[dict]:
         return [voice_json(v) for v in self.library().voices()]
 
-    def add_voice(self, name: str, samples: np.ndarray) -> Voice:
-        """Thread: check, trim and store a recording at the wire rate as a voice."""
+    def add_voice(self, name: str, samples: np.ndarray, keep: Callable[[], None]) -> Voice:
+        """Thread: check, trim and store a recording at the wire rate as a voice (``keep``: its time limit's, called
+        before it is stored)."""
         model = self.engine.model
         if model is None:
             raise ClientEventError("model_not_ready", "the model is not loaded yet; add the voice once it is",
                                    kind="server_error")
         try:
-            return self.library().add(name, samples, RATE, config=model.config, source="realtime")
+            return self.library().add(name, samples, RATE, config=model.config, source="realtime", keep=keep)
         except VoiceError as e:
             raise ClientEventError("invalid_value", str(e), "name")
         except AudioInputError as e:

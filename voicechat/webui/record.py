@@ -22,7 +22,7 @@ from ..answer import Answer, realtime_factor
 from ..audio import check_upload, duration_words, read_recording, write_wav
 from ..config import NVIDIA_SAMPLING, OUTPUT_SAMPLE_RATE, GenerationConfig
 from ..errors import AudioInputError
-from ..limits import SettingError, checked_prompt, checked_seed
+from ..limits import SettingError, TimeLimit, TimedOut, checked_prompt, checked_seed
 from ..result import conversation_json
 from ..tools import BUILTIN_TOOLS, system_prompt as tool_prompt
 from ..voices import Voice, VoiceError
@@ -378,17 +378,18 @@ class RecordAndRun:
         """One yield: the named outputs changed, the others left as they are."""
         return tuple(values.get(k, gr.skip()) for k in self.OUTPUTS)
 
-    def check_input(self, audio_path) -> tuple:
+    async def check_input(self, audio_path) -> tuple:
         """A new recording -> (the input, every output): refused at once (the input and the last answer cleared,
-        with one line saying why) when it cannot be used; a long one gets a warning with the expected wait at the
-        measured speed (else the one expected on this machine)."""
+        with one line saying why) when it cannot be used or its check passes the time limit (docs/limits.md §2); a
+        long one gets a warning with the expected wait at the measured speed (else the one expected on this
+        machine)."""
         if not audio_path:
             return gr.skip(), *self._frame()
         status = self.engine.status()
         rtf = status.expected_realtime_factor
         try:
-            check = check_upload(audio_path, realtime_factor=rtf)
-        except AudioInputError as e:
+            check = await TimeLimit("checking the recording").run(check_upload, audio_path, rtf)
+        except (AudioInputError, TimedOut) as e:
             return None, *self._frame(status=status_html("error", "This recording cannot be used", str(e)),
                                       **CLEARED)
         if status.state in (eng.FAILED, eng.CLOSED):

@@ -379,17 +379,14 @@ class TalkLive:
         self.check_key(request)
         data = await file.read()
         try:
-            voice = await asyncio.to_thread(self.store_voice, name, file.filename or "recording", data)
+            with tempfile.TemporaryDirectory(dir=self.outputs) as folder:
+                # the upload as a file of its own name's kind (the decoders look at its suffix too)
+                recording = Path(folder) / upload_name(file.filename or "recording")
+                await asyncio.to_thread(recording.write_bytes, data)
+                voice = await self.voices.add(name, recording, recording.name)
         except VoiceChatError as e:
             raise HTTPException(status_code=400, detail=str(e))
         return {"added": voice.describe(), "name": voice.name}
-
-    def store_voice(self, name: str, filename: str, data: bytes):
-        """The upload as a file of its own name's kind (the decoders look at its suffix too), made a voice."""
-        with tempfile.TemporaryDirectory(dir=self.outputs) as folder:
-            recording = Path(folder) / upload_name(filename)
-            recording.write_bytes(data)
-            return self.voices.add(name, recording, recording.name)
 
     async def hear_voice(self, request: Request, name: str = Body(embed=True)) -> dict:
         self.check_key(request)

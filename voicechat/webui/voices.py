@@ -4,7 +4,7 @@
 The library lives in ``<outputs>/voices`` (voicechat/voices.py), so it survives a restart and both tabs offer the same
 voices: Record and run through :class:`VoicePanel` (Gradio widgets), Talk live through its own page
 (voicechat/webui/talk.py routes, static/voices.js) on the same :class:`VoiceActions`. The actions touch files and
-numpy only; a preview is a job of the engine, like a Run.
+numpy only, on a thread with a time limit; a preview is a job of the engine, like a Run.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Optional, Union
 from voicechat import engine as eng
 from voicechat.audio import write_wav
 from voicechat.errors import VoiceChatError
+from voicechat.limits import TimeLimit
 from voicechat.voices import LIBRARY_FOLDER, PREVIEW_SENTENCE, Voice, model_library
 
 VOICE_INFO = "The voice the answer is spoken in: the checkpoint's own, or one added under Voices."
@@ -40,11 +41,17 @@ class VoiceActions:
     def library(self):
         return model_library(self.outputs / LIBRARY_FOLDER, self.engine.model)
 
-    def add(self, name: Optional[str], recording: Union[str, Path], source: str) -> Voice:
+    async def add(self, name: Optional[str], recording: Union[str, Path], source: str) -> Voice:
+        """The voice, made on a thread within the time limit (docs/limits.md §2): past it, one line, and the voice
+        is not stored even when its thread ends later."""
         model = self.engine.model
         if model is None:
             raise VoiceChatError("the model is not loaded yet: a voice is made for the model's TTS")
-        return self.library().add((name or "").strip(), recording, config=model.config, source=source)
+        limit = TimeLimit("making the voice")
+        return await limit.run(self._add, (name or "").strip(), recording, source, model.config, limit.keep)
+
+    def _add(self, name: str, recording: Union[str, Path], source: str, config, keep) -> Voice:
+        return self.library().add(name, recording, config=config, source=source, keep=keep)
 
     def hear(self, name: Optional[str]) -> tuple[Voice, Path]:
         """The TTS saying the fixed sentence in the voice ``name``, written under ``previews``; waits for the
@@ -134,13 +141,13 @@ class VoicePanel:
 
         return gr.Dropdown(choices=self.choices(), value=chosen), voice_status(kind, text)
 
-    def add(self, name: Optional[str], recording: Optional[str]) -> tuple:
+    async def add(self, name: Optional[str], recording: Optional[str]) -> tuple:
         import gradio as gr
 
         if not recording:
             return gr.skip(), voice_status("error", "Record the voice or drop a file first.")
         try:
-            voice = self.actions.add(name, recording, Path(recording).name)
+            voice = await self.actions.add(name, recording, Path(recording).name)
         except VoiceChatError as e:  # AudioInputError and VoiceError included: one line
             return gr.skip(), voice_status("error", f"Not added: {e}")
         return self._changed(voice.name, "done", f"Added {voice.describe()}; it is chosen now.")
