@@ -138,6 +138,12 @@ def largest_difference(a: list, b: list) -> Optional[float]:
     return max(d) if d else None
 
 
+def first_encoder_difference(a: list, b: list) -> Optional[int]:
+    """The first position whose encoder frames both runs have and that differ, or None."""
+    return next((t for t, (p, q) in enumerate(zip(a, b))
+                 if p is not None and q is not None and p.shape == q.shape and (p != q).any()), None)
+
+
 def samples_difference(a: Recorded, b: Recorded) -> Optional[float]:
     """The largest |a - b| of the two output streams (inf if their lengths differ)."""
     x, y = (np.concatenate([f.audio for f in s.frames]) for s in (a, b))
@@ -159,20 +165,22 @@ def compare(together: Recorded, alone: Recorded) -> dict:
             "ids_identical": at is None, "ids_first_difference": at, "top2_margin_there": margin,
             "codes_identical": first_difference(*codes) is None, "codes_first_difference": first_difference(*codes),
             "max_samples_difference": samples_difference(together, alone),
-            "max_encoder_difference": largest_difference(together.encoded, alone.encoded)}
+            "max_encoder_difference": largest_difference(together.encoded, alone.encoded),
+            "encoder_first_difference": first_encoder_difference(together.encoded, alone.encoded)}
 
 
 def print_report(report: dict) -> None:
     print(f"model {report['model']}  device {report['device']}  mlx {report['mlx']}  {report['sessions']} "
           f"conversations together against each alone, {report['frames']} x 80 ms each")
     print(f"{'#':>2s} {'seed':>4s} {'positions':>9s} {'ids':>4s} {'first':>6s} {'margin':>8s} {'codes':>5s} "
-          f"{'first':>6s} {'max |samples|':>14s} {'max |encoder|':>14s}")
+          f"{'first':>6s} {'max |samples|':>14s} {'max |encoder|':>14s} {'from':>5s}")
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for i, c in enumerate(report["conversations"]):
         print(f"{i:2d} {c['seed']:4d} {c['positions']:9d} {'yes' if c['ids_identical'] else 'no':>4s} "
               f"{fmt(c['ids_first_difference'], 'd'):>6s} {fmt(c['top2_margin_there'], '.2e'):>8s} "
               f"{'yes' if c['codes_identical'] else 'no':>5s} {fmt(c['codes_first_difference'], 'd'):>6s} "
-              f"{fmt(c['max_samples_difference'], '.3e'):>14s} {fmt(c['max_encoder_difference'], '.3e'):>14s}",
+              f"{fmt(c['max_samples_difference'], '.3e'):>14s} {fmt(c['max_encoder_difference'], '.3e'):>14s} "
+              f"{fmt(c['encoder_first_difference'], 'd'):>5s}",
               flush=True)
 
 

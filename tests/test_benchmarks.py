@@ -69,6 +69,7 @@ def test_group_exactness_finds_where_two_conversations_part_and_the_margin_there
     same = ge.compare(a, again)
     assert same["ids_identical"] and same["codes_identical"] and same["top2_margin_there"] is None
     assert same["max_samples_difference"] == 0 and same["max_encoder_difference"] == 0
+    assert same["encoder_first_difference"] is None
     assert len(a.margins) == len(a.frames) - a.prompt_frames  # a margin at every position past the prompt
     ids = [[(f.text_id, f.function_id) for f in s.frames] for s in (a, other)]
     part = next(t for t, (p, q) in enumerate(zip(*ids)) if p != q)
@@ -76,4 +77,7 @@ def test_group_exactness_finds_where_two_conversations_part_and_the_margin_there
     assert not differ["ids_identical"] and differ["ids_first_difference"] == part
     head = 0 if ids[0][part][0] != ids[1][part][0] else 1
     assert differ["top2_margin_there"] == other.margins[part][head] >= 0
+    heard = next(t for t, (p, q) in enumerate(zip(a.encoded, other.encoded))  # each hears its own stretch
+                 if p is not None and q is not None and (p != q).any())
+    assert differ["encoder_first_difference"] == heard
 

@@ -14,7 +14,9 @@
 # archive COMMIT voicechat | tar -x -C bench/old`, for a comparison in one lease); qmvrows (bench.qmv_rows: the engine's 4-bit
 # product kernel for a group's rows against MLX's); kerneltests (tests/test_rows_kernel.py: each row of our kernels as
 # alone, 1 to 128 rows); oprows (bench.op_rows: the frame path's other ops, each row as alone?); optrace (bench.op_trace:
-# which op of a real tick gives a row other bits than alone, at OPROWS rows). TSESS: each sessions
+# which op of a real tick gives a row other bits than alone, at OPROWS rows); nocompile:N (exactness at N with
+# VOICECHAT_COMPILE=0); encrows (bench.perception_rows at ENCROWS rows, default 1,8,32, compiled and not: the encoder's
+# steady frame over the rows against each row's own call, bit for bit?). TSESS: each sessions
 # run's limit. The JSON files come back in results.tgz (a call brings back 8 files at most).
 set -o pipefail
 . bench/h200/env.sh
@@ -30,10 +32,12 @@ for run in ${RUN:-sessions rows exactness joins}; do
   echo "=== \$run \$(date +%T)"
   case \$run in
     sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} $CAP --json \$HOME/sessions.json ;;
-    sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
+    sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${OCOUNTS:-${COUNTS:-1,8,16,32}} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
     exactness*) for n in \$([ "\$run" = exactness ] && echo ${EXACT:-8} || echo \${run#exactness:}); do
         timeout \${TEXACT:-240} python3 -m bench.group_exactness --model $CK --sessions \$n --frames 40 $CAP --json \$HOME/exactness_\$n.json; done ;;
+    nocompile:*) VOICECHAT_COMPILE=0 timeout \${TEXACT:-240} python3 -m bench.group_exactness --model $CK --sessions \${run#nocompile:} --frames 40 $CAP --json \$HOME/exactness_nocompile_\${run#nocompile:}.json ;;
+    encrows) for c in 1 0; do echo "VOICECHAT_COMPILE=\$c"; VOICECHAT_COMPILE=\$c timeout 200 python3 -m bench.perception_rows $CK --sessions ${ENCROWS:-1,8,32} --ticks 20; done ;;
     kerneltests) timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/test_rows_kernel.py ;;
     optrace) VOICECHAT_COMPILE=0 timeout 300 python3 -m bench.op_trace --model $CK --rows ${OPROWS:-8} --json \$HOME/op_trace.json ;;
     oprows) for n in ${OPROWS:-8}; do timeout 120 python3 -m bench.op_rows --rows \$n --json \$HOME/op_rows_\$n.json; done ;;
