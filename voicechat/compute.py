@@ -144,6 +144,23 @@ def product(x: mx.array, weight: mx.array) -> mx.array:
     return x @ weight
 
 
+def by_transposed(x: mx.array, rows_of_w: mx.array) -> mx.array:
+    """``x @ rows_of_w^T`` over [..., M, K] and [..., N, K] (a batched product whose right operand is kept as the rows
+    of its transpose). With one row per item (M = 1), MLX's CUDA matmul runs such a product as its gemv kernel, a
+    warp's fixed sums per output whatever the batch's count; by a plain [..., K, N] operand it goes to cuBLAS, whose
+    algorithm, and so its rounding, follows the batch's count (docs/batching.md §3)."""
+    return x @ rows_of_w.swapaxes(-1, -2)
+
+
+def biased_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, bias: mx.array) -> mx.array:
+    """softmax(q k^T scale + bias) v over [B, H, L, d] queries and [B, H, S, d] keys and values, the composition MLX
+    0.32 itself runs for an attention with an additive mask on every device (its ``fast.scaled_dot_product_attention``
+    falls back to it), with both products in :func:`by_transposed` form: each (item, head) of a one-query step is its
+    own gemv on CUDA, so a conversation's row is the same in a group of any size (docs/batching.md §3)."""
+    scores = by_transposed(q * mx.array(scale, q.dtype), k) + bias
+    return by_transposed(mx.softmax(scores, axis=-1, precise=True), mx.contiguous(v.swapaxes(-1, -2)))
+
+
 def row_product(x: mx.array, weight: mx.array) -> mx.array:
     """:func:`product` of x [n, C] whose rows are n conversations' (one each: a group's transcripts)."""
     return product(x[:, None], weight)[:, 0]

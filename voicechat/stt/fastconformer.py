@@ -307,14 +307,15 @@ def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, v: mx.array, p
     masked probabilities zeroed, so a query outside the length gets exactly 0 (docs/model.md §2.2.3-4). Computed as
     scaled dot-product attention of each query block over its key band, the position scores and the mask as its additive
     bias (e^-10000 is 0 in float32, so the masked probabilities are zero as NeMo makes them).
-    q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [H, dk, W] (distances left .. -right, the position keys
-    laid out for the product: :meth:`RelPositionMultiHeadAttention.position_keys`) -> [B, T, H * dk]."""
+    q_u, q_v [B, T, H, dk]; k, v [B, history + T, H, dk]; p [H, W, dk] (distances left .. -right, the position keys:
+    :meth:`RelPositionMultiHeadAttention.position_keys`) -> [B, T, H * dk]. Both products and the position scores are
+    in ``compute.by_transposed`` form, so a stream's steady frame is the same in a group of any size on CUDA too."""
     b, t, h, dk = q_u.shape
-    position = query_blocks(q_v, ctx) @ p  # [B n, H, block, W]
+    position = compute.by_transposed(query_blocks(q_v, ctx), p)  # [B n, H, block, W]
     allowed = ctx.allowed.reshape(b * ctx.blocks, 1, ctx.block, ctx.span)
     bias = mx.where(allowed, skew_to_keys(position, ctx.span) / math.sqrt(dk), MASKED_SCORE)
-    out = mx.fast.scaled_dot_product_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
-                                               scale=1 / math.sqrt(dk), mask=bias.astype(q_u.dtype))
+    out = compute.biased_attention(query_blocks(q_u, ctx), key_blocks(k, ctx), key_blocks(v, ctx),
+                                   1 / math.sqrt(dk), bias.astype(q_u.dtype))
     out = out.reshape(b, ctx.blocks, h, ctx.block, dk).transpose(0, 1, 3, 2, 4).reshape(b, -1, h * dk)[:, :t]
     return mx.where(ctx.valid, out, 0.0)
 
@@ -344,11 +345,10 @@ class RelPositionMultiHeadAttention(nn.Module):
         return y.reshape(*y.shape[:-1], self.heads, y.shape[-1] // self.heads)
 
     def position_keys(self, pos_emb: mx.array) -> mx.array:
-        """``linear_pos`` of the relative-position encodings [W, d] (float32) -> [H, dk, W] in the weights' dtype, laid
-        out as the attention's product reads it (a transposed view would be copied by every product; a stream
-        computes this once)."""
+        """``linear_pos`` of the relative-position encodings [W, d] (float32) -> [H, W, dk] in the weights' dtype, the
+        rows of the position scores' right operand (``compute.by_transposed``; a stream computes this once)."""
         keys = self.split_heads(self.linear_pos(pos_emb.astype(self.linear_pos.weight.dtype)))
-        return mx.contiguous(keys.transpose(1, 2, 0))
+        return mx.contiguous(keys.transpose(1, 0, 2))
 
     def __call__(self, x: mx.array, ctx: AttentionContext, cache: Optional["LayerCache"] = None) -> mx.array:
         """[B, T, D] -> [B, T, D]. With a stream's ``cache``, its ``ctx.history`` cached keys and values come first
