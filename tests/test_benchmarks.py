@@ -81,3 +81,30 @@ def test_group_exactness_finds_where_two_conversations_part_and_the_margin_there
                  if p is not None and q is not None and (p != q).any())
     assert differ["encoder_first_difference"] == heard
 
+
+
+def test_perception_rows_compares_each_streams_frames_with_its_own_call(monkeypatch):
+    """``bench.perception_rows``: on the CPU the encoder's steady frame over the rows is each stream's own call, bit
+    for bit (docs/batching.md §3); a stream whose frame in the rows' call is off by one step from tick 2 on is
+    reported, with that tick and its size."""
+    import numpy as np
+    import mlx.core as mx
+    from bench import perception_rows as pr
+
+    perception = tiny().net.stt_model.perception
+    monkeypatch.setattr(pr, "FILL_TICKS", 2)
+    exact = pr.measure(perception, 3, 3, np.random.default_rng(0))
+    assert (exact["streams_differing"], exact["first_differing_tick"], exact["largest_difference"]) == (0, None, 0.0)
+
+    rows_tick, ticks = pr.rows_tick, iter(range(1, 100))
+
+    def off_by_one_step(*args):
+        out = rows_tick(*args)
+        if next(ticks) >= 2:
+            out[3] = out[3] + mx.array(2.0 ** -10, out[3].dtype)  # stream 1's encoded frame
+        return out
+
+    monkeypatch.setattr(pr, "rows_tick", off_by_one_step)
+    off = pr.measure(perception, 3, 3, np.random.default_rng(0))
+    assert off["streams_differing"] == 1 and off["first_differing_tick"] == 2
+    assert 0 < off["largest_difference"] <= 2.0 ** -9

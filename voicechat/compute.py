@@ -157,7 +157,7 @@ def biased_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, bias: 
     0.32 itself runs for an attention with an additive mask on every device (its ``fast.scaled_dot_product_attention``
     falls back to it), with both products in :func:`by_transposed` form: each (item, head) of a one-query step is its
     own gemv on CUDA, so a conversation's row is the same in a group of any size (docs/batching.md §3)."""
-    scores = by_transposed(q * mx.array(scale, q.dtype), k) + bias
+    scores = by_transposed(q * scale, k) + bias
     return by_transposed(mx.softmax(scores, axis=-1, precise=True), mx.contiguous(v.swapaxes(-1, -2)))
 
 
