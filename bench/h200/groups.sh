@@ -7,7 +7,9 @@
 # back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8: one run per
 # count named; a run named exactness:N is that count alone), PROMPTS (1,128), OPROWS (8), MAXMIN (the sessions' and
 # exactness runs' --max-minutes), TEXACT (each exactness run's limit, 240 s).
-# RUN may also name: sessions:N,M (the sessions run at those counts alone, sessions_N,M.json), dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
+# A run named RUN@VAR=VALUE[@VAR=VALUE] runs with those variables set (its JSON files named NAME@VAR-VALUE.json), for
+# example sessions:1,64@MLX_USE_CUDA_GRAPHS=0. RUN may also name: sessions:N,M (the sessions run at those counts alone,
+# sessions_N,M.json), dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
 # host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
 # sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
@@ -30,6 +32,9 @@ T0=\$(date +%s)
 echo "checkpoint after \$(( \$(date +%s) - T0 )) s"
 for run in ${RUN:-sessions rows exactness joins}; do
   echo "=== \$run \$(date +%T)"
+  envs=""; case \$run in *@*) envs=\${run#*@}; run=\${run%%@*} ;; esac
+  touch \$HOME/.stamp
+  ( [ -z "\$envs" ] || export \${envs//@/ }
   case \$run in
     sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} $CAP --json \$HOME/sessions.json ;;
     sessions:*) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions \${run#sessions:} --frames ${FRAMES:-240} $CAP --json \$HOME/sessions_\${run#sessions:}.json ;;
@@ -58,7 +63,9 @@ for run in ${RUN:-sessions rows exactness joins}; do
           python3 -m bench.kernel_profile --model $CK --rows \$r --ticks 200
         python3 -m bench.host_profile \$HOME/h\$r.raw --top 30
       done ;;
-  esac 2>&1
+  esac 2>&1 )
+  [ -z "\$envs" ] || for f in \$(find \$HOME -maxdepth 1 -name "*.json" -newer \$HOME/.stamp); do
+    mv \$f \${f%.json}@\$(echo \$envs | tr =@ -_).json; done
 done
 echo "=== done \$(date +%T)"
 EOS
