@@ -50,6 +50,15 @@ def test_voicechat_bench_sessions_reports_each_count(tmp_path):
     assert [row["fewest_rows_stepped"] for row in r["rows"]] == [1, 3]
     # a lone conversation holds nobody back; each later one's stages (warm-up, prefill) stall ticks of the others
     assert [row["join"]["n"] > 0 for row in r["rows"]] == [False, True]
+    # the plot of docs/batching.md §6 from it: both panels drawn, the series in its colour
+    run("-m", "bench.plot_groups", tmp_path / "p.png", f"now={tmp_path / 's.json'}")
+    from PIL import Image
+    from bench.plot_groups import COLORS, PANEL_H, PANEL_W
+    image = Image.open(tmp_path / "p.png").convert("RGB")
+    assert image.size == (2 * PANEL_W, PANEL_H + 20)
+    left, right = (image.crop(box).getcolors(1 << 20) for box in ((0, 0, PANEL_W, PANEL_H),
+                                                                    (PANEL_W, 0, 2 * PANEL_W, PANEL_H)))
+    assert all(any(color == COLORS[0] for _, color in colors) for colors in (left, right))
     bad = subprocess.run([sys.executable, "-m", "voicechat", "bench", "--model", "x", "--sessions", "0"],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "at least 1" in bad.stderr
