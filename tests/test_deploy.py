@@ -38,6 +38,7 @@ ROOT = Path(__file__).parent.parent
 inside_only = namespace_only("test_the_cluster_tests_pass_inside_a_loopback_only_namespace")
 RAY_PORT, HTTP_PORT = 6390, 8000  # the namespace is empty: any port is free there
 SESSIONS = 2  # conversations per replica
+MINUTES = 5.0  # each replica's cap on a conversation (serve --max-minutes), far past the tests' conversations
 PROMPTS = ("Be brief.", "Answer in one word.", "You are a pirate.", "Speak slowly.")
 
 
@@ -175,7 +176,8 @@ class Cluster:
         self.log = open(temp / "serve.log", "w")
         self.serve = subprocess.Popen(
             [sys.executable, "-m", "voicechat", "serve", "--ray", "--address", f"127.0.0.1:{RAY_PORT}", "--demo",
-             "--replicas", "2", "--max-sessions", str(SESSIONS), "--replicas-per-node", "1",
+             "--replicas", "2", "--max-sessions", str(SESSIONS), "--max-minutes", str(MINUTES),
+             "--replicas-per-node", "1",
              "--port", str(HTTP_PORT), "--drain-seconds", str(DRAIN)],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=self.env, cwd=ROOT)
         line = self.serve.stdout.readline()
@@ -387,6 +389,19 @@ def test_two_replicas_answer_four_conversations_at_once_as_each_alone_and_a_fift
         assert got == references[talk.prompt]
     replicas = [t.replica for t in talks]
     assert sorted(replicas.count(pid) for pid in set(replicas)) == [SESSIONS, SESSIONS]  # each replica full
+
+
+@inside_only
+def test_health_through_the_proxy_reports_the_replicas_limits(cluster):
+    """``GET /health`` through Ray's proxy is a replica's own: its engine holds ``--max-sessions`` conversations of
+    ``--max-minutes`` at most, as ``serve --ray`` was given them."""
+    import urllib.request
+
+    cluster.wait_idle()
+    with urllib.request.urlopen(cluster.base_url.removesuffix("/v1") + realtime.HEALTH_PATH, timeout=TIMEOUT) as r:
+        body = json.loads(r.read())
+    assert body == {"ready": True, "state": "ready", "sessions": 0, "max_sessions": SESSIONS,
+                    "max_minutes": MINUTES}
 
 
 @inside_only

@@ -1445,7 +1445,8 @@ def test_health_says_ready_and_the_sessions_open(server4):
 
     with urllib.request.urlopen(server4.base_url.removesuffix("/v1") + realtime.HEALTH_PATH, timeout=TIMEOUT) as r:
         assert r.status == 200
-        assert json.loads(r.read()) == {"ready": True, "state": "ready", "sessions": 0, "max_sessions": 4}
+        assert json.loads(r.read()) == {"ready": True, "state": "ready", "sessions": 0, "max_sessions": 4,
+                                          "max_minutes": None}
 
 
 def test_four_clients_at_once_each_get_their_solo_conversation(server4, tiny_model):

@@ -351,8 +351,6 @@ def cmd_serve(a: argparse.Namespace) -> int:
                      drain_seconds=a.drain_seconds)
     if a.allow_voice_add:
         raise UsageError("--allow-voice-add works on the plain server only (a Ray replica has no voice library)")
-    if a.max_minutes is not None:
-        raise UsageError("--max-minutes works on the plain server only (a Ray replica does not take it yet)")
     try:
         from .deploy import ArgumentError, run
     except ImportError as e:
@@ -361,6 +359,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return run(address=a.address, host=a.host, port=a.port, drain_seconds=a.drain_seconds, model=a.model,
                    demo=a.demo, offline=a.offline, api_key=a.api_key, idle_seconds=a.idle_timeout,
                    replicas=default(a.replicas, 1), max_sessions=default(a.max_sessions, 1),
+                   max_minutes=a.max_minutes,
                    gpus_per_replica=default(a.gpus_per_replica, 0.0), replicas_per_node=a.replicas_per_node)
     except ArgumentError as e:
         raise UsageError(str(e)) from None

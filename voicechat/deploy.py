@@ -118,10 +118,11 @@ class Realtime:
     """One replica: one model and the FastAPI app of ``voicechat serve`` on it."""
 
     def __init__(self, model: str, demo: bool, offline: bool, api_key: Optional[str], idle_seconds: float,
-                 max_sessions: int):
+                 max_sessions: int, max_minutes: Optional[float]):
         log_to_stderr()
         # Ray routes to a replica once this returns: after the model has loaded (readiness, not liveness)
-        self.engine, self.name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions)
+        self.engine, self.name = loaded_engine(model=model, demo=demo, offline=offline, max_sessions=max_sessions,
+                                               max_minutes=max_minutes)
         self.api_key, self.idle_seconds = api_key, idle_seconds
         log.info("replica %d ready: %s loaded in %.2f s", os.getpid(), self.name, self.engine.status().load_seconds)
 
@@ -163,11 +164,13 @@ class Realtime:
 
 def application(*, model: str, demo: bool = False, offline: bool = False, api_key: Optional[str] = None,
                 idle_seconds: float = DEFAULT_IDLE_SECONDS, replicas: int = 1, max_sessions: int = 1,
-                gpus_per_replica: float = 0.0, replicas_per_node: Optional[int] = None):
+                max_minutes: Optional[float] = None, gpus_per_replica: float = 0.0,
+                replicas_per_node: Optional[int] = None):
     """The bound Ray Serve application: ``replicas`` replicas of ``Realtime``, each holding up to ``max_sessions``
-    conversations, each on ``gpus_per_replica`` GPUs (0: none reserved, as on a Mac or a CPU host)."""
+    conversations of ``max_minutes`` at most (None: the timeline's limit), each on ``gpus_per_replica`` GPUs (0: none
+    reserved, as on a Mac or a CPU host)."""
     try:
-        check_limits(max_sessions, flags=True)
+        check_limits(max_sessions, max_minutes=max_minutes, flags=True)
     except ConfigError as e:
         raise ArgumentError(str(e)) from None
     if replicas < 1:
@@ -180,20 +183,20 @@ def application(*, model: str, demo: bool = False, offline: bool = False, api_ke
         graceful_shutdown_timeout_s=DRAIN_SECONDS, graceful_shutdown_wait_loop_s=STOP_POLL_SECONDS,
         health_check_period_s=5.0, health_check_timeout_s=30.0,
         **placement)
-    return deployment.bind(model, demo, offline, api_key, idle_seconds, max_sessions)
+    return deployment.bind(model, demo, offline, api_key, idle_seconds, max_sessions, max_minutes)
 
 
 def build(args: dict):
     """Ray's application builder (``serve run voicechat.deploy:build key=value ...`` or a config file's
     ``import_path`` with ``args``): the keys are ``application``'s arguments, as strings on the command line."""
-    known = {"model", "demo", "offline", "api_key", "idle_seconds", "replicas", "max_sessions", "gpus_per_replica",
-             "replicas_per_node"}
+    known = {"model", "demo", "offline", "api_key", "idle_seconds", "replicas", "max_sessions", "max_minutes",
+             "gpus_per_replica", "replicas_per_node"}
     unknown = set(args) - known
     if unknown:
         raise ArgumentError(f"unknown argument {sorted(unknown)[0]!r}; voicechat.deploy:build takes "
                             + ", ".join(sorted(known)))
     kinds = {"demo": flag, "offline": flag, "idle_seconds": float, "replicas": int, "max_sessions": int,
-             "gpus_per_replica": float, "replicas_per_node": int}
+             "max_minutes": float, "gpus_per_replica": float, "replicas_per_node": int}
     values = {key: kinds.get(key, str)(value) for key, value in args.items()}
     values.setdefault("model", "")
     if not values["model"] and not values.get("demo"):

@@ -133,11 +133,12 @@ class RealtimeServer:
 
     def health(self) -> JSONResponse:
         """For a load balancer: 200 while the model is ready and a conversation can open, else 503; the body says
-        the engine's state (``draining`` once SIGTERM came) and the conversations open against the maximum."""
+        the engine's state (``draining`` once SIGTERM came), the conversations open against the maximum and a
+        conversation's cap in minutes (``--max-minutes``; null: the timeline's limit)."""
         status = self.engine.status()
         ready = status.state == READY and not self.draining
         body = {"ready": ready, "state": "draining" if self.draining else status.state, "sessions": len(self.active),
-                "max_sessions": self.engine.max_sessions}
+                "max_sessions": self.engine.max_sessions, "max_minutes": self.engine.max_minutes}
         return JSONResponse(body, status_code=200 if ready and len(self.active) < self.engine.max_sessions else 503)
 
     async def drain(self, seconds: float) -> None:
