@@ -90,10 +90,11 @@ def alone(m, talk: Talk) -> tuple[list, Session]:
     return frames + s.flush(), s
 
 
-def together(m, talks: list[Talk], max_sessions: int) -> list[tuple[list, Session]]:
+def together(m, talks: list[Talk], max_sessions: int, lookahead: int = 0) -> list[tuple[list, Session]]:
     """The conversations in one group, driven as a server drives it: each tick every open conversation pushes its
-    next chunk, then the group steps; a conversation whose input is used up flushes (the others advance in its
-    ticks); the group never holds more than ``max_sessions`` (a conversation waits for a free row)."""
+    next chunk, then the group steps (leaving ``lookahead`` ticks running); a conversation whose input is used up
+    flushes (the others advance in its ticks); the group never holds more than ``max_sessions`` (a conversation
+    waits for a free row)."""
     group = m.sessions(max_sessions)
     waiting = sorted(range(len(talks)), key=lambda i: talks[i].join)
     state = {}  # index -> [session, chunks left, chunks pushed]
@@ -117,7 +118,7 @@ def together(m, talks: list[Talk], max_sessions: int) -> list[tuple[list, Sessio
                 frames[i] += s.flush()
                 done[i] = s
                 del state[i]
-        for s, out in group.step().items():
+        for s, out in group.step(lookahead).items():
             i = next(i for i, entry in state.items() if entry[0] is s)
             frames[i] += out
         tick += 1
@@ -148,8 +149,8 @@ def assert_same(solo: list, grouped: list, solo_session: Session, group_session:
         assert (r.text, r.function_text, r.user_transcript) == (q.text, q.function_text, q.user_transcript)
 
 
-def check(m, talks: list[Talk], max_sessions: int) -> list[Session]:
-    grouped = together(m, talks, max_sessions)
+def check(m, talks: list[Talk], max_sessions: int, lookahead: int = 0) -> list[Session]:
+    grouped = together(m, talks, max_sessions, lookahead)
     for talk, (frames, s) in zip(talks, grouped):
         solo, solo_session = alone(m, talk)
         assert_same(solo, frames, solo_session, s, talk.cancel_after is None)
@@ -173,15 +174,17 @@ def test_each_conversation_of_a_group_is_the_conversation_alone(run):
     check(m, talks, max_sessions=3)
 
 
-def test_eight_conversations_at_once():
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_eight_conversations_at_once(lookahead):
     """Up to eight rows (the group's rows grow 1, 2, 4, 8 as conversations join), every conversation exact, its
-    encoder frames too (on the CPU each conversation's rows are their own products: docs/batching.md §3)."""
+    encoder frames too (on the CPU each conversation's rows are their own products: docs/batching.md §3); with a
+    tick left running on the device by each step as well (its frames come with the next)."""
     m, x = model("tiny_model_aria"), recording()
     talks = [Talk(np.roll(x, 1000 * i), (640, 1280, 1500, 4096)[i % 4], i, ("", "Hi.", "Be kind.")[i % 3], i,
                   str(SPEAKER) if i % 2 else None,
                   dict(text_temperature=0.5 * (i % 3)) | (dict(reference=True) if i % 2 == 0 else {}))
              for i in range(8)]
-    check(m, talks, max_sessions=8)
+    check(m, talks, max_sessions=8, lookahead=lookahead)
 
 
 def test_thirty_six_conversations_at_once():

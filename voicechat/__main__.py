@@ -305,6 +305,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
         raise UsageError("bench needs --model DIR (a checkpoint) or --demo")
     if a.max_minutes is not None and not a.sessions:
         raise UsageError("bench's --max-minutes goes with --sessions (a group's admission)")
+    if a.lookahead and not a.sessions:
+        raise UsageError("bench's --lookahead goes with --sessions (a group's steps)")
     with tempfile.TemporaryDirectory(prefix="voicechat-demo-") as scratch:  # --demo's checkpoint, while it runs
         if a.demo:
             from .random_checkpoint import write_tiny_checkpoint
@@ -574,6 +576,9 @@ def parser(prog: str = "python -m voicechat") -> argparse.ArgumentParser:
     b.add_argument("--max-minutes", type=float, default=None, metavar="MIN",
                    help="with --sessions: each conversation's most minutes, which admission reserves memory for, as "
                         "serve's option (default: the timeline's 10.9; docs/batching.md §4)")
+    b.add_argument("--lookahead", type=int, choices=(0, 1), default=0,
+                   help="with --sessions: ticks each step leaves running on the device while the host builds the "
+                        "next (docs/batching.md §6); default 0, as the engine")
     add_overwrite_argument(b)
     b.set_defaults(func=cmd_bench)
     add_serve_parser(sub)

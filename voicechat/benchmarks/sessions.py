@@ -60,7 +60,7 @@ class CountingGroup(SessionGroup):
         return tick
 
 
-def run_group(model, n: int, frames: int, max_minutes=None) -> dict:
+def run_group(model, n: int, frames: int, max_minutes=None, lookahead: int = 0) -> dict:
     """N staggered conversations, each fed 80 ms a tick from its start until ``frames`` ticks have run with all N past
     their prompts (so every conversation has input through the measured ticks); the statistics of those ticks."""
     from ..timeline.conversation import Session
@@ -94,7 +94,7 @@ def run_group(model, n: int, frames: int, max_minutes=None) -> dict:
             s.push(x[k * step:(k + 1) * step], RATE)
             fed[i] += 1
         t1 = time.perf_counter()
-        group.step()
+        group.step(lookahead)
         t2 = time.perf_counter()
         if setting_up is not None:
             set_ups[sessions.index(setting_up)] += group.staged
@@ -121,22 +121,24 @@ def run_group(model, n: int, frames: int, max_minutes=None) -> dict:
             "positions": {"min": min(positions), "max": max(positions)}}
 
 
-def run(model_spec: str, counts: list[int], frames: int, max_minutes=None) -> dict:
+def run(model_spec: str, counts: list[int], frames: int, max_minutes=None, lookahead: int = 0) -> dict:
     from .. import load
 
     model = load(model_spec)
     if compute.compile_enabled():
-        run_group(model, max(counts), 4, max_minutes)  # warm-up: every row count's compiled shapes once
-    rows = [run_group(model, n, frames, max_minutes) for n in counts]
+        run_group(model, max(counts), 4, max_minutes, lookahead)  # warm-up: every row count's compiled shapes once
+    rows = [run_group(model, n, frames, max_minutes, lookahead) for n in counts]
     fits = [r["sessions"] for r in rows if r["tick"]["p95"] < FRAME * 1e3]
     return {"model": model_spec, "device": str(mx.default_device()), "blas": compute.BLAS, "mlx": mx.__version__,
-            "frames": frames, "stagger_ticks": STAGGER, "max_minutes": max_minutes, "rows": rows,
+            "frames": frames, "stagger_ticks": STAGGER, "max_minutes": max_minutes, "lookahead": lookahead,
+            "rows": rows,
             "largest_real_time": max(fits) if fits else 0}
 
 
 def print_table(r: dict) -> None:
     print(f"model {r['model']}  device {r['device']}  mlx {r['mlx']}  {r['frames']} ticks measured with all N "
-          f"past their prompts, starts {r['stagger_ticks']} ticks apart")
+          f"past their prompts, starts {r['stagger_ticks']} ticks apart, {r['lookahead']} tick(s) left running "
+          "on the device by each step")
     print(f"{'N':>3s} {'tick p50':>9s} {'p95':>7s} {'p99':>7s} {'max':>7s} {'ms/conv':>8s} {'step p50':>9s} "
           f"{'join p50':>9s} {'join max':>9s} {'set-up p50':>11s} {'GB/conv':>8s} {'state MB/conv':>14s} "
           f"{'peak GB':>8s} {'nodes':>6s}")
@@ -151,7 +153,7 @@ def print_table(r: dict) -> None:
 
 
 def main(args) -> int:
-    r = run(args.model, args.sessions, args.frames, args.max_minutes)
+    r = run(args.model, args.sessions, args.frames, args.max_minutes, args.lookahead)
     print_table(r)
     if args.json:
         write_atomically(Path(args.json), json.dumps(r, indent=1).encode("utf-8"))

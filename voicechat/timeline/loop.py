@@ -231,12 +231,13 @@ class SessionGroup:
         self.rows = rows
 
     # -- running ------------------------------------------------------------------------------------------------
-    def step(self) -> dict:
+    def step(self, lookahead: int = 0) -> dict:
         """One tick: a stage of a joining conversation's set-up, then every conversation whose next position is
         ready goes one position further, and the host reads it. -> {session: [Frame, ...]} of every conversation
         with finished frames (those of earlier ticks too) and of the one whose set-up advanced (it may have none):
-        {} once nothing is left to run."""
-        staged, _ = self._turn(lookahead=0)
+        {} once nothing is left to run. ``lookahead``: ticks left running on the device when it returns, their frames
+        read by a later step (the host builds the next tick meanwhile: docs/batching.md §6); 0 with tools."""
+        staged, _ = self._turn(self._lookahead(lookahead))
         out = {m: frames for m in self.members if m is not None and (frames := m._take())}
         if staged is not None:
             out.setdefault(staged, [])
@@ -244,9 +245,9 @@ class SessionGroup:
 
     def run(self, target) -> list:
         """Ticks while ``target`` has a ready position (every other ready conversation advancing with it); ->
-        target's finished frames. While a tick runs on the device the next one is built (LOOKAHEAD); with tools,
-        each position is read back before the next is planned (docs/tools.md §5)."""
-        lookahead = 0 if any(m is not None and m.tool_channel is not None for m in self.members) else LOOKAHEAD
+        target's finished frames. While a tick runs on the device the next one is built (LOOKAHEAD; none with
+        tools)."""
+        lookahead = self._lookahead(LOOKAHEAD)
         while (target.setting_up or target._ready()) and target.failure is None:
             staged, tick = self._turn(lookahead)
             if staged is None and tick is None:
@@ -257,6 +258,11 @@ class SessionGroup:
             target.on_frame = None
             raise failure
         return target._take()
+
+    def _lookahead(self, wanted: int) -> int:
+        """``wanted``, or 0 while a conversation has tools: each position is read back before the next is planned
+        (docs/tools.md §5)."""
+        return 0 if any(m is not None and m.tool_channel is not None for m in self.members) else wanted
 
     def _turn(self, lookahead: int) -> tuple:
         """One turn of the frame loop, the one both ``step`` and ``run`` take: a stage of a joining conversation's
