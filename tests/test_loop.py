@@ -100,7 +100,7 @@ def together(m, talks: list[Talk], max_sessions: int, lookahead: int = 0) -> lis
     state = {}  # index -> [session, chunks left, chunks pushed]
     frames = {i: [] for i in range(len(talks))}
     done = {}
-    tick = 0
+    tick = left_running = 0
     while waiting or state:
         while waiting and talks[waiting[0]].join <= tick and group.open < max_sessions:
             i = waiting.pop(0)
@@ -121,7 +121,9 @@ def together(m, talks: list[Talk], max_sessions: int, lookahead: int = 0) -> lis
         for s, out in group.step(lookahead).items():
             i = next(i for i, entry in state.items() if entry[0] is s)
             frames[i] += out
+        left_running = max(left_running, len(group.running))
         tick += 1
+    assert left_running == lookahead  # the steps did leave that many ticks on the device
     return [(frames[i], done[i]) for i in range(len(talks))]
 
 

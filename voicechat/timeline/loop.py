@@ -236,7 +236,7 @@ class SessionGroup:
         ready goes one position further, and the host reads it. -> {session: [Frame, ...]} of every conversation
         with finished frames (those of earlier ticks too) and of the one whose set-up advanced (it may have none):
         {} once nothing is left to run. ``lookahead``: ticks left running on the device when it returns, their frames
-        read by a later step (the host builds the next tick meanwhile: docs/batching.md §6); 0 with tools."""
+        read by a later step (the host builds the next tick meanwhile: docs/batching.md §5); 0 with tools."""
         staged, _ = self._turn(self._lookahead(lookahead))
         out = {m: frames for m in self.members if m is not None and (frames := m._take())}
         if staged is not None:
