@@ -9,7 +9,7 @@
 # exactness runs' --max-minutes), TEXACT (each exactness run's limit, 240 s).
 # A run named RUN@VAR=VALUE[@VAR=VALUE] runs with those variables set (its JSON files named NAME@VAR-VALUE.json), for
 # example sessions:1,64@MLX_USE_CUDA_GRAPHS=0. RUN may also name: sessions:N,M (the sessions run at those counts alone,
-# sessions_N,M.json; with the bench's arguments in SARGS, e.g. sessions:1,64@SARGS=--lookahead=1), dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
+# sessions_N-M.json, with @VAR-VALUE in its name when run with variables; with the bench's arguments in SARGS, e.g. sessions:1,64@SARGS=--lookahead=1), dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
 # (bench.kernel_profile under Nsight Compute at KROWS rows, default "1 8": each kernel's GPU time in a steady tick) and
 # host (the same under py-spy --native, 200 ticks: where MLX's host time goes; needs the py-spy wheel carried);
 # sessions_old (the sessions run of an earlier commit's package, carried as bench/old: `mkdir -p bench/old && git
@@ -33,11 +33,12 @@ echo "checkpoint after \$(( \$(date +%s) - T0 )) s"
 for run in ${RUN:-sessions rows exactness joins}; do
   echo "=== \$run \$(date +%T)"
   envs=""; case \$run in *@*) envs=\${run#*@}; run=\${run%%@*} ;; esac
+  tag=""; [ -z "\$envs" ] || tag=@\$(echo \$envs | tr =@ -_)  # a sessions run's JSON is named with it at once
   touch \$HOME/.stamp
   ( [ -z "\$envs" ] || export \${envs//@/ }
   case \$run in
     sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} $CAP --json \$HOME/sessions.json ;;
-    sessions:*) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions \${run#sessions:} --frames ${FRAMES:-240} $CAP \$SARGS --json \$HOME/sessions_\${run#sessions:}.json ;;
+    sessions:*) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions \${run#sessions:} --frames ${FRAMES:-240} $CAP \$SARGS --json \$HOME/sessions_\$(echo \${run#sessions:} | tr , -)\$tag.json ;;
     sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${OCOUNTS:-${COUNTS:-1,8,16,32}} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
     rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
     exactness*) for n in \$([ "\$run" = exactness ] && echo ${EXACT:-8} || echo \${run#exactness:}); do
@@ -64,7 +65,7 @@ for run in ${RUN:-sessions rows exactness joins}; do
         python3 -m bench.host_profile \$HOME/h\$r.raw --top 30
       done ;;
   esac 2>&1 )
-  [ -z "\$envs" ] || for f in \$(find \$HOME -maxdepth 1 -name "*.json" -newer \$HOME/.stamp); do
+  [ -z "\$envs" ] || for f in \$(find \$HOME -maxdepth 1 -name "*.json" ! -name "*@*" -newer \$HOME/.stamp); do
     mv \$f \${f%.json}@\$(echo \$envs | tr =@ -_).json; done
 done
 echo "=== done \$(date +%T)"
