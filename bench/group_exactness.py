@@ -2,7 +2,9 @@
 [--sessions 8] [--frames 100] [--json F]``.
 
 N conversations in one group (voicechat/benchmarks/sessions.py's prompts of different lengths in turn, each its own
-seed and its own stretch of the workload's input, joining ``STAGGER`` ticks apart, the model's own text channel),
+seed and its own stretch of the workload's input, every other one speaking in a voice of its own (a second of the
+workload's input as its reference recording, the others the checkpoint's voice), joining ``STAGGER`` ticks apart, the
+model's own text channel),
 then each of them in a group of its own, run alone. Per conversation it prints whether the text and function ids and
 the codes are identical at every position; where they are not, the first position that differs and the top-2 margin
 of the logits there in the run alone (text, or function where only that id differs: a margin near 0 is a tie that any
@@ -28,6 +30,7 @@ from voicechat.timeline.loop import SessionGroup, TickClock
 from voicechat.timeline.conversation import Session
 
 OFFSET = 7  # frames between two conversations' starts in the input (each hears its own stretch)
+VOICE_SECONDS = 1.0  # an own voice's reference recording
 
 
 class MarginClock(TickClock):
@@ -84,8 +87,18 @@ class Recorded(Session):
         self.encoded.append(np.array(row.encoded.astype(mx.float32)) if heard else None)  # numpy has no bfloat16
 
 
-def conversation(model, i: int, group: MarginGroup) -> Recorded:
-    return Recorded(model, PROMPTS[i % len(PROMPTS)], i, group=group)
+def voice(i: int, x: np.ndarray) -> Optional[tuple]:
+    """Conversation i's speaker: the checkpoint's (None) for even i, else a second of the input at a place of its
+    own, as (samples, rate): a new voice, whose codec encode and TTS warm-up are its set-up's."""
+    if i % 2 == 0:
+        return None
+    n = round(VOICE_SECONDS * RATE)
+    start = (OFFSET * i * round(FRAME * RATE)) % max(len(x) - n, 1)
+    return x[start:start + n], RATE
+
+
+def conversation(model, i: int, group: MarginGroup, x: np.ndarray) -> Recorded:
+    return Recorded(model, PROMPTS[i % len(PROMPTS)], i, voice(i, x), group=group)
 
 
 def run_together(model, n: int, x: np.ndarray, frames: int, max_minutes=None) -> list[Recorded]:
@@ -96,7 +109,7 @@ def run_together(model, n: int, x: np.ndarray, frames: int, max_minutes=None) ->
     tick = 0
     while len(sessions) < n or min(fed) < frames:
         if len(sessions) < n and tick == STAGGER * len(sessions):
-            sessions.append(conversation(model, len(sessions), group))
+            sessions.append(conversation(model, len(sessions), group, x))
             fed.append(0)
         for i, s in enumerate(sessions):
             if fed[i] < frames:
@@ -114,7 +127,7 @@ def run_together(model, n: int, x: np.ndarray, frames: int, max_minutes=None) ->
 
 def run_alone(model, i: int, x: np.ndarray, frames: int) -> Recorded:
     group = MarginGroup(model, 1)
-    s = conversation(model, i, group)
+    s = conversation(model, i, group, x)
     step = round(FRAME * RATE)
     for k in range(frames):
         start = (OFFSET * i + k) * step
@@ -161,7 +174,8 @@ def compare(together: Recorded, alone: Recorded) -> dict:
         head = 0 if ids[0][at, 0] != ids[1][at, 0] else 1
         margins = alone.margins.get(at, ())
         margin = margins[head] if head < len(margins) else None
-    return {"prompt": together.system_prompt, "seed": together.seed, "positions": len(together.frames),
+    return {"prompt": together.system_prompt, "seed": together.seed, "voice": together.voice,
+            "positions": len(together.frames),
             "ids_identical": at is None, "ids_first_difference": at, "top2_margin_there": margin,
             "codes_identical": first_difference(*codes) is None, "codes_first_difference": first_difference(*codes),
             "max_samples_difference": samples_difference(together, alone),
@@ -172,12 +186,13 @@ def compare(together: Recorded, alone: Recorded) -> dict:
 def print_report(report: dict) -> None:
     print(f"model {report['model']}  device {report['device']}  mlx {report['mlx']}  {report['sessions']} "
           f"conversations together against each alone, {report['frames']} x 80 ms each")
-    print(f"{'#':>2s} {'seed':>4s} {'positions':>9s} {'ids':>4s} {'first':>6s} {'margin':>8s} {'codes':>5s} "
-          f"{'first':>6s} {'max |samples|':>14s} {'max |encoder|':>14s} {'from':>5s}")
+    print(f"{'#':>2s} {'seed':>4s} {'voice':>10s} {'positions':>9s} {'ids':>4s} {'first':>6s} {'margin':>8s} "
+          f"{'codes':>5s} {'first':>6s} {'max |samples|':>14s} {'max |encoder|':>14s} {'from':>5s}")
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for i, c in enumerate(report["conversations"]):
-        print(f"{i:2d} {c['seed']:4d} {c['positions']:9d} {'yes' if c['ids_identical'] else 'no':>4s} "
-              f"{fmt(c['ids_first_difference'], 'd'):>6s} {fmt(c['top2_margin_there'], '.2e'):>8s} "
+        print(f"{i:2d} {c['seed']:4d} {c['voice'][:10]:>10s} {c['positions']:9d} "
+              f"{'yes' if c['ids_identical'] else 'no':>4s} {fmt(c['ids_first_difference'], 'd'):>6s} "
+              f"{fmt(c['top2_margin_there'], '.2e'):>8s} "
               f"{'yes' if c['codes_identical'] else 'no':>5s} {fmt(c['codes_first_difference'], 'd'):>6s} "
               f"{fmt(c['max_samples_difference'], '.3e'):>14s} {fmt(c['max_encoder_difference'], '.3e'):>14s} "
               f"{fmt(c['encoder_first_difference'], 'd'):>5s}",

@@ -135,6 +135,8 @@ def test_group_exactness_benchmark_compares_each_conversation(tmp_path):
     assert "max |encoder|" in out
     r = json.loads((tmp_path / "e.json").read_text())
     assert [c["seed"] for c in r["conversations"]] == [0, 1, 2]
+    voices = [c["voice"] for c in r["conversations"]]
+    assert voices[1] == "(samples)" and voices[0] == voices[2] != voices[1]  # every other one a voice of its own
     assert all(c["positions"] > 6 and c["max_samples_difference"] is not None for c in r["conversations"])
 
 
