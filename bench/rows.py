@@ -100,13 +100,14 @@ def percentiles(seconds: list[float]) -> dict:
     return {"p50": float(np.median(ms)), "p90": float(np.percentile(ms, 90)), "n": len(ms)}
 
 
-def steady_group(model, r: int, ticks: int, group_class=None):
-    """R conversations in one group (``group_class``, default :class:`ProfiledGroup`), ticked until every one is past
-    its prompt and SETTLE ticks more. -> (group, sessions, tick): ``tick()`` pushes each conversation's next 80 ms and
-    steps the group, ``ticks`` more times at least without a row running out of input; it returns its seconds."""
+def steady_group(model, r: int, ticks: int, group_class=None, max_minutes=None):
+    """R conversations in one group (``group_class``, default :class:`ProfiledGroup`; each conversation capped at
+    ``max_minutes``, which admission reserves for), ticked until every one is past its prompt and SETTLE ticks more.
+    -> (group, sessions, tick): ``tick()`` pushes each conversation's next 80 ms and steps the group, ``ticks`` more
+    times at least without a row running out of input; it returns its seconds."""
     from voicechat.timeline.conversation import Session
 
-    group = (group_class or ProfiledGroup)(model, r)
+    group = (group_class or ProfiledGroup)(model, r, max_minutes)
     sessions = [Session(model, PROMPTS[i % len(PROMPTS)], i, group=group,
                         script=speech_script(model, model.prompt_length(PROMPTS[i % len(PROMPTS)])))
                 for i in range(r)]
@@ -133,9 +134,9 @@ def steady_group(model, r: int, ticks: int, group_class=None):
     return group, sessions, tick
 
 
-def measure_rows(model, r: int, runs: int) -> dict:
+def measure_rows(model, r: int, runs: int, max_minutes=None) -> dict:
     """R conversations in one group past their prompts; whole ticks, then profiled ticks per part."""
-    group, sessions, tick = steady_group(model, r, 2 * runs)
+    group, sessions, tick = steady_group(model, r, 2 * runs, max_minutes=max_minutes)
     group.host = {}
     whole = [tick() for _ in range(runs)]
     host, group.host = group.host, None
@@ -287,18 +288,22 @@ def main(argv=None) -> int:
     p.add_argument("--dense", type=int, default=0, metavar="SHAPES",
                    help="then the speech path's dense products over M rows, three ways, for its SHAPES "
                    "commonest shapes")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="each conversation's most, which admission reserves memory for (default: the timeline's "
+                        "limit; 64 full-size conversations fit an 80 GB card only with a cap)")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     model = load(a.model)
-    # admission weighs each conversation at the timeline limit (docs/batching.md §4); these hold a few dozen
-    # positions, so the group may take all the free memory, and a row count still refused is reported, not fatal
+    # admission weighs each conversation at its cap, the timeline's limit without one (docs/batching.md §4); these
+    # hold a few dozen positions, so the group may take all the free memory, and a row count still refused is
+    # reported, not fatal
     admission.MEMORY_SHARE = 1.0
     print(f"model {a.model}  device {mx.default_device()}  mlx {mx.__version__}  {a.runs} runs; ms", flush=True)
     report = {"model": a.model, "device": str(mx.default_device()), "mlx": mx.__version__, "runs": a.runs,
-              "rows": []}
+              "max_minutes": a.max_minutes, "rows": []}
     for r in a.rows:  # the table and the JSON so far after each row count (a run cut short keeps them)
         try:
-            report["rows"].append(measure_rows(model, r, a.runs))
+            report["rows"].append(measure_rows(model, r, a.runs, a.max_minutes))
         except SessionsFull as e:
             print(f"R={r}: {e}", flush=True)
             report.setdefault("refused", {})[r] = str(e)

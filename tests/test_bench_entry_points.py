@@ -107,10 +107,10 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
     from voicechat.random_checkpoint import write_tiny_checkpoint
 
     out = run("-m", "bench.rows", "--model", write_tiny_checkpoint(tmp_path / "model", seed=1), "--rows", "1,3",
-              "--runs", 2, "--qmm", "--dense", 2, "--json", tmp_path / "r.json")
+              "--runs", 2, "--qmm", "--dense", 2, "--max-minutes", 1, "--json", tmp_path / "r.json")
     assert "whole tick" in out and "4-bit ms" in out and "gather sorted ms" in out
     r = json.loads((tmp_path / "r.json").read_text())
-    assert [row["rows"] for row in r["rows"]] == [1, 3]
+    assert [row["rows"] for row in r["rows"]] == [1, 3] and r["max_minutes"] == 1
     for row in r["rows"]:
         assert set(row["parts"]) == {"encoder", "rnnt first joints", "llm decode", "text sampling", "tts backbone",
                                      "tts codes", "codec"}

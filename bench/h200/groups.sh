@@ -5,8 +5,8 @@
 # each of RUN (default "sessions rows exactness joins"), and brings back within WAIT seconds (default 420) each one's
 # log and JSON and the kernel cache. `bash bench/h200/groups.sh collect` (a later call, the machine still warm) brings
 # back what has finished since. Settings: COUNTS (1,8,16,32), FRAMES (240), ROWS (1,4,8,32), EXACT (8: one run per
-# count named; a run named exactness:N is that count alone), PROMPTS (1,128), OPROWS (8), MAXMIN (the sessions' and
-# exactness runs' --max-minutes), TEXACT (each exactness run's limit, 240 s).
+# count named; a run named exactness:N is that count alone), PROMPTS (1,128), OPROWS (8), MAXMIN (the sessions',
+# exactness and rows runs' --max-minutes), TEXACT (each exactness run's limit, 240 s).
 # A run named RUN@VAR=VALUE[@VAR=VALUE] runs with those variables set (its JSON files named NAME@VAR-VALUE.json), for
 # example sessions:1,64@MLX_USE_CUDA_GRAPHS=0. RUN may also name: sessions:N,M (the sessions run at those counts alone,
 # sessions_N-M.json, with @VAR-VALUE in its name when run with variables; with the bench's arguments in SARGS, e.g. sessions:1,64@SARGS=--lookahead=1), dense (bench.rows --dense: the speech path's dense products over M rows, three ways), kernels
@@ -40,7 +40,7 @@ for run in ${RUN:-sessions rows exactness joins}; do
     sessions) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${COUNTS:-1,8,16,32} --frames ${FRAMES:-240} $CAP --json \$HOME/sessions.json ;;
     sessions:*) timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions \${run#sessions:} --frames ${FRAMES:-240} $CAP \$SARGS --json \$HOME/sessions_\$(echo \${run#sessions:} | tr , -)\$tag.json ;;
     sessions_old) (cd bench/old && PYTHONPATH=$S timeout \${TSESS:-300} python3 -m voicechat bench --model $CK --sessions ${OCOUNTS:-${COUNTS:-1,8,16,32}} --frames ${FRAMES:-240} --json \$HOME/sessions_old.json) ;;
-    rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 --json \$HOME/rows.json ;;
+    rows) timeout 200 python3 -m bench.rows --model $CK --rows ${ROWS:-1,4,8,32} --runs 20 $CAP --json \$HOME/rows.json ;;
     exactness*) for n in \$([ "\$run" = exactness ] && echo ${EXACT:-8} || echo \${run#exactness:}); do
         timeout \${TEXACT:-240} python3 -m bench.group_exactness --model $CK --sessions \$n --frames 40 $CAP --json \$HOME/exactness_\$n.json; done ;;
     nocompile:*) VOICECHAT_COMPILE=0 timeout \${TEXACT:-240} python3 -m bench.group_exactness --model $CK --sessions \${run#nocompile:} --frames 40 $CAP --json \$HOME/exactness_nocompile_\${run#nocompile:}.json ;;
