@@ -86,6 +86,23 @@ def test_each_row_of_a_bf16_product_is_its_product_alone(rows, k):
     assert_rows_alone(lambda v: rows_kernel.dense_product(v, w), x, reference(x, w))
 
 
+def test_a_linear_hands_the_kernel_its_weight_as_stored(monkeypatch):
+    """``compute.linear``'s CUDA path: a Linear's weight [N, K] reaches the kernel as stored and 2-D rows as they are,
+    with no transpose or reshape node between (every node costs host time in each tick: docs/batching.md §6); 3-D
+    rows take one reshape. The kernel is stood in for here (it needs CUDA: the tests below run it)."""
+    from voicechat.benchmarks import op_histogram
+
+    handed = []
+    monkeypatch.setattr(rows_kernel, "serves_dense", lambda x, w: True)
+    monkeypatch.setattr(rows_kernel, "run", lambda kind, inputs, tiles: handed.append(inputs) or inputs[0][:, :6])
+    w, rows, x = mx.ones((6, 64), mx.bfloat16), mx.ones((3, 64), mx.bfloat16), mx.ones((2, 3, 64), mx.bfloat16)
+    mx.eval(w, rows, x)
+    assert compute.linear(rows, w).shape == (3, 6) and compute.linear(x, w).shape == (2, 3, 6)
+    (rows2, w2), (rows3, w3) = handed
+    assert not op_histogram(rows2) and not op_histogram(w2) and not op_histogram(w3)
+    assert op_histogram(rows3) == {"Reshape": 1}
+
+
 @cuda
 @pytest.mark.parametrize("rows", (2, 8, 33, 128))
 def test_a_groups_products_are_each_conversations_alone(rows):
@@ -99,3 +116,7 @@ def test_a_groups_products_are_each_conversations_alone(rows):
         mx.eval(together, alone)
         for b in range(rows):
             assert np.array_equal(bits(together[b:b + 1]), bits(alone[b])), (t, b)
+        if weight is not w.T:
+            continue
+        linear = compute.linear(x, w)  # a Linear's way in: the same kernel over the same rows and weight
+        assert np.array_equal(bits(linear), bits(together)), t

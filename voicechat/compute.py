@@ -125,8 +125,17 @@ def affine(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
     """``x W^T + b`` with the bias added after the product, not through ``addmm``: on CUDA, MLX runs a one-row matmul
     as a gemv kernel only when no bias comes with it (an addmm goes to cuBLAS, about twice as slow: docs/platform.md
     §8); compiled, the add joins the elementwise kernel that follows. On the CPU both are the same BLAS product."""
-    y = product(x, weight.T)
+    y = linear(x, weight)
     return y if bias is None else y + bias
+
+
+def linear(x: mx.array, weight: mx.array) -> mx.array:
+    """``x @ weight^T`` for a weight stored [N, C] (a Linear's): :func:`product` of ``weight.T``. Our CUDA kernel takes
+    the weight as stored, with no transpose node between (a node costs host time in every tick: docs/batching.md
+    §6)."""
+    if rows_kernel.serves_dense(x, weight):
+        return rows_kernel.dense_product(x, weight)
+    return product(x, weight.T)
 
 
 def product(x: mx.array, weight: mx.array) -> mx.array:

@@ -27,13 +27,13 @@ class QuantizedLinear(nn.QuantizedLinear):
     the rows go to :mod:`voicechat.rows_kernel` (the weights read once per 32 rows, each row as alone)."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        rows = x.reshape(-1, x.shape[-1])
+        rows = x.reshape(rows_kernel.as_rows(x.shape))
         if rows_kernel.serves(self, rows):
             y = rows_kernel.product(rows, self["weight"], self["scales"], self["biases"])
             y = y + self["bias"] if "bias" in self else y
         else:
             y = super().__call__(rows)
-        return y.reshape(*x.shape[:-1], -1)
+        return y.reshape(*x.shape[:-1], y.shape[-1])  # no node for 2-D rows (rows_kernel.as_rows)
 
 
 class CausalDepthwiseConv(nn.Module):

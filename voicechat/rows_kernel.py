@@ -17,6 +17,8 @@ other rows are and however many: the products of a conversation in a group are t
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 
 GROUP = 64
@@ -214,8 +216,14 @@ def dense_product(x: mx.array, w: mx.array, tiles: int | None = None) -> mx.arra
     """x [..., K] bf16 @ the bf16 W [N, K] ^T, [..., N] bf16 (:func:`serves_dense`), each row its product alone. K is
     padded with zeros to a multiple of 64 where it is not one (a zero adds nothing to a float32 sum)."""
     k, n = x.shape[-1], w.shape[0]
-    rows = x.reshape(-1, k)
+    rows = x.reshape(as_rows(x.shape))
     if k % GROUP:
         pad = GROUP - k % GROUP
         rows, w = mx.pad(rows, [(0, 0), (0, pad)]), mx.pad(w, [(0, 0), (0, pad)])
     return run("bf16_rows", [rows, w], tiles).reshape(*x.shape[:-1], n)
+
+
+def as_rows(shape: tuple) -> tuple:
+    """[..., K] -> (rows, K) with the row count written out: reshaping an array to its own shape adds no graph node,
+    and a 2-D input is already its rows (``reshape(-1, K)`` would add one)."""
+    return (math.prod(shape[:-1]), shape[-1])
