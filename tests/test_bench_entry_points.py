@@ -129,6 +129,20 @@ def test_rows_benchmark_times_each_part_of_a_tick(tmp_path):
     assert bad.returncode == 2 and "at least 1" in bad.stderr
 
 
+def test_cuda_nodes_counts_the_cuda_paths_tick_on_a_cpu(tmp_path, monkeypatch):
+    """``bench.cuda_nodes``: the tick's graph as the CUDA path builds it (bfloat16, the rows kernels' products stood
+    in for), per part and in all, at each row count."""
+    monkeypatch.setenv("VOICECHAT_COMPILE", "0")
+    out = run("-m", "bench.cuda_nodes", "--model", TINY, "--rows", "1,2", "--json", tmp_path / "n.json")
+    assert "R=2:" in out
+    r = json.loads((tmp_path / "n.json").read_text())
+    assert r["activations"] == "mlx.core.bfloat16" and r["compiled"] is False
+    assert [c["rows"] for c in r["counts"]] == [1, 2]
+    for c in r["counts"]:
+        assert {"encoder", "llm decode", "tts backbone", "tts codes", "codec"} <= set(c["parts"])
+        assert all(n > 0 for n in c["parts"].values()) and c["tick"] == sum(c["parts"].values())
+
+
 def test_group_exactness_benchmark_compares_each_conversation(tmp_path):
     out = run("-m", "bench.group_exactness", "--model", TINY, "--sessions", 3, "--frames", 6,
               "--json", tmp_path / "e.json")

@@ -160,18 +160,21 @@ _KERNELS: dict = {}
 _CUDA = mx.cuda.is_available()
 
 
+def on_cuda() -> bool:
+    """Whether the products run on MLX's CUDA backend (``bench.cuda_nodes`` says yes on a CPU, to count that graph)."""
+    return _CUDA and mx.default_device() == mx.gpu
+
+
 def serves(layer, x: mx.array) -> bool:
     """Whether ``layer`` (an ``nn.QuantizedLinear``) on rows ``x`` [M, K] runs here: on CUDA, 4-bit affine with
     groups of 64, bfloat16."""
-    return (_CUDA and mx.default_device() == mx.gpu and layer.mode == "affine" and layer.bits == BITS
-            and layer.group_size == GROUP and x.dtype == mx.bfloat16 and layer["scales"].dtype == mx.bfloat16
-            and x.shape[0] >= 1)
+    return (on_cuda() and layer.mode == "affine" and layer.bits == BITS and layer.group_size == GROUP
+            and x.dtype == mx.bfloat16 and layer["scales"].dtype == mx.bfloat16 and x.shape[0] >= 1)
 
 
 def serves_dense(x: mx.array, w: mx.array) -> bool:
     """Whether :func:`dense_product` takes rows ``x`` [..., K] and the weight ``w`` [N, K]: on CUDA, both bfloat16."""
-    return (_CUDA and mx.default_device() == mx.gpu and x.dtype == w.dtype == mx.bfloat16 and x.size > 0
-            and w.ndim == 2)
+    return on_cuda() and x.dtype == w.dtype == mx.bfloat16 and x.size > 0 and w.ndim == 2
 
 
 def output_tiles(rows: int) -> int:
