@@ -80,8 +80,8 @@ def marks(n: int) -> None:
 class MarkedGroup(ProfiledGroup):
     """A group whose profiled tick runs the marks of each part before evaluating it; ``parts``: their order."""
 
-    def __init__(self, model, max_sessions: int):
-        super().__init__(model, max_sessions)
+    def __init__(self, model, max_sessions: int, max_minutes=None):
+        super().__init__(model, max_sessions, max_minutes)
         self.parts: list[str] = []
 
     def _clock(self, rows: list):
